@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+
+require_relative "lib/circuit_breaker/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "circuit_breaker"
+  spec.version = CircuitBreaker::VERSION
+  spec.summary = "A circuit breaker for Ruby services with a Rust core: error and slow-call rates, gradual half-open recovery"
+  spec.description = <<~DESC
+    Protects a Ruby service from a failing or slow dependency: a sliding window
+    of recent calls opens the breaker when the error rate or the slow-call rate
+    crosses its threshold, rejects calls fast while open, then lets traffic back
+    in stages (10% -> 30% -> 60% -> 100%) as probes succeed. The state machine
+    is written in Rust and costs about as much as a bare method call.
+  DESC
+  spec.authors = ["circuit_breaker developers"]
+  spec.license = "MIT"
+  spec.homepage = "https://example.invalid/circuit_breaker"
+  spec.required_ruby_version = ">= 3.1"
+
+  # An explicit list: build output (target/, *.so) must never be packaged.
+  spec.files = Dir[
+    "lib/**/*.rb",
+    "sig/**/*.rbs",
+    "ext/circuit_breaker/extconf.rb",
+    "ext/*/Cargo.toml",
+    "ext/*/src/**/*.rs",
+  ] + %w[Cargo.toml Cargo.lock README.md LICENSE circuit_breaker.gemspec]
+  spec.require_paths = ["lib"]
+  spec.extensions = ["ext/circuit_breaker/extconf.rb"]
+end

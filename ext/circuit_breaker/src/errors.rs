@@ -1,0 +1,29 @@
+//! The only place where errors become Ruby exceptions: core configuration
+//! errors, argument type errors, and the gem's own exception classes (declared
+//! in Ruby, `lib/circuit_breaker/errors.rb`, and looked up lazily here).
+
+use circuit_breaker_core::ConfigError;
+use magnus::{value::Lazy, prelude::*, Error, ExceptionClass, RClass, Ruby, Value};
+
+/// `CircuitBreaker::OpenError`.
+pub static OPEN_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
+    let breaker: RClass = ruby.class_object().const_get("CircuitBreaker").expect("CircuitBreaker is defined");
+    breaker.const_get("OpenError").expect("lib/circuit_breaker/errors.rb defines OpenError")
+});
+
+/// A value outside its range: `ArgumentError` naming the argument.
+pub fn config_error(ruby: &Ruby, e: ConfigError) -> Error {
+    Error::new(ruby.exception_arg_error(), e.to_string())
+}
+
+/// `ArgumentError` with the given message.
+pub fn arg_error(ruby: &Ruby, message: String) -> Error {
+    Error::new(ruby.exception_arg_error(), message)
+}
+
+/// A value of the wrong type: `TypeError` naming the argument, the
+/// accepted type and the class received.
+pub fn type_error(ruby: &Ruby, name: &str, expected: &str, got: Value) -> Error {
+    let got = if got.is_nil() { "nil".to_owned() } else { got.class().inspect() };
+    Error::new(ruby.exception_type_error(), format!("{name} must be {expected} (got {got})"))
+}

@@ -1,0 +1,18 @@
+//! The Ruby binding of `circuit_breaker_core`: one file per Ruby class, each
+//! converting arguments, calling the core once and converting the result.
+
+mod args;
+mod clock;
+mod errors;
+mod record;
+mod window;
+
+use magnus::{Error, Ruby};
+
+#[magnus::init]
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    let namespace = ruby.define_class("CircuitBreaker", ruby.class_object())?;
+    clock::init(ruby, namespace)?;
+    window::init(ruby, namespace)?;
+    Ok(())
+}

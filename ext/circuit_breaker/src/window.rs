@@ -1,0 +1,243 @@
+//! `CircuitBreaker::SlidingWindow` and `CircuitBreaker::TimeWindow`.
+//!
+//! A window object owns the record its breaker also uses: one lock around
+//! the window and, once a breaker is built on it, the breaker's state. So the
+//! window a user holds is live, and a breaker takes one lock per step.
+
+use std::sync::{Arc, OnceLock};
+
+use circuit_breaker_core::{clock::secs_from_nanos, CountWindow, Counts, Nanos, TimeWindow as CoreTimeWindow, Window};
+use magnus::{
+    function, method, prelude::*, scan_args::{get_kwargs, scan_args}, typed_data::Obj, Error, RClass, RHash, Ruby,
+    TryConvert, Value,
+};
+use parking_lot::Mutex;
+
+use crate::args;
+use crate::clock::ClockSource;
+use crate::errors::config_error;
+use crate::record::Record;
+
+/// What window objects and their breaker share.
+pub struct Shared {
+    pub record: Mutex<Record>,
+    /// The clock a TimeWindow reads: its own `clock:`, else its breaker's,
+    /// else (unset) the monotonic clock.
+    pub clock: OnceLock<ClockSource>,
+}
+
+impl Shared {
+    fn new(window: Window, clock: Option<ClockSource>) -> Arc<Self> {
+        let shared = Self { record: Mutex::new(Record::new(window)), clock: OnceLock::new() };
+        if let Some(c) = clock {
+            let _ = shared.clock.set(c);
+        }
+        Arc::new(shared)
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.clock.get().map_or_else(|| ClockSource::Monotonic.now(), ClockSource::now)
+    }
+
+    fn counts(&self) -> Counts {
+        let now = self.now();
+        self.record.lock().window.counts(now)
+    }
+}
+
+/// Behaviour common to both window classes.
+pub trait WindowObject: Sized + magnus::TypedData {
+    fn shared(&self) -> &Arc<Shared>;
+}
+
+#[magnus::wrap(class = "CircuitBreaker::SlidingWindow", free_immediately, size)]
+pub struct SlidingWindow {
+    shared: Arc<Shared>,
+    size: u32,
+    slow_threshold_ms: f64,
+}
+
+#[magnus::wrap(class = "CircuitBreaker::TimeWindow", free_immediately, size)]
+pub struct TimeWindow {
+    shared: Arc<Shared>,
+    seconds: f64,
+    buckets: u32,
+    slow_threshold_ms: f64,
+}
+
+impl WindowObject for SlidingWindow {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl WindowObject for TimeWindow {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+/// The window of a `window:` argument, or None for nil.
+pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Option<Arc<Shared>>, Error> {
+    if v.is_nil() {
+        return Ok(None);
+    }
+    if let Ok(w) = <&SlidingWindow>::try_convert(v) {
+        return Ok(Some(w.shared.clone()));
+    }
+    if let Ok(w) = <&TimeWindow>::try_convert(v) {
+        return Ok(Some(w.shared.clone()));
+    }
+    Err(crate::errors::type_error(ruby, "window", "nil, a CircuitBreaker::SlidingWindow or a CircuitBreaker::TimeWindow", v))
+}
+
+/// A default `SlidingWindow.new(size: 100)` for a breaker given none.
+pub fn default_shared() -> Arc<Shared> {
+    Shared::new(Window::Count(CountWindow::new(100, 800.0).expect("the defaults are valid")), None)
+}
+
+fn kwargs(args: &[Value]) -> Result<RHash, Error> {
+    Ok(scan_args::<(), (), (), (), RHash, ()>(args)?.keywords)
+}
+
+impl SlidingWindow {
+    fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
+        let kw = get_kwargs::<_, (), (Option<Value>, Option<Value>), ()>(kwargs(args)?, &[], &["size", "slow_threshold_ms"])?;
+        let (size, slow) = kw.optional;
+        let size = size.map_or(Ok(100), |v| args::integer(ruby, "size", v))?;
+        let slow = slow.map_or(Ok(800.0), |v| args::float(ruby, "slow_threshold_ms", v))?;
+        let window = CountWindow::new(size, slow).map_err(|e| config_error(ruby, e))?;
+        Ok(Self { size: window.size(), slow_threshold_ms: slow, shared: Shared::new(Window::Count(window), None) })
+    }
+
+    fn size(&self) -> u32 {
+        self.size
+    }
+
+    fn slow_threshold_ms(&self) -> f64 {
+        self.slow_threshold_ms
+    }
+
+    fn inspect(&self) -> String {
+        let c = self.shared.counts();
+        format!(
+            "#<CircuitBreaker::SlidingWindow size={} total={} failures={} slow_calls={}>",
+            self.size, c.total, c.failures, c.slow_calls
+        )
+    }
+}
+
+impl TimeWindow {
+    fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
+        let kw = get_kwargs::<_, (), (Option<Value>, Option<Value>, Option<Value>, Option<Value>), ()>(
+            kwargs(args)?,
+            &[],
+            &["seconds", "buckets", "slow_threshold_ms", "clock"],
+        )?;
+        let (seconds, buckets, slow, clock) = kw.optional;
+        let seconds = seconds.map_or(Ok(10.0), |v| args::float(ruby, "seconds", v))?;
+        let buckets = buckets.map_or(Ok(10), |v| args::integer(ruby, "buckets", v))?;
+        let slow = slow.map_or(Ok(800.0), |v| args::float(ruby, "slow_threshold_ms", v))?;
+        let clock = clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
+        let window = CoreTimeWindow::new(seconds, buckets, slow).map_err(|e| config_error(ruby, e))?;
+        Ok(Self {
+            seconds: secs_from_nanos(window.span()),
+            buckets: window.bucket_count(),
+            slow_threshold_ms: slow,
+            shared: Shared::new(Window::Time(window), clock),
+        })
+    }
+
+    fn seconds(&self) -> f64 {
+        self.seconds
+    }
+
+    fn buckets(&self) -> u32 {
+        self.buckets
+    }
+
+    fn slow_threshold_ms(&self) -> f64 {
+        self.slow_threshold_ms
+    }
+
+    fn inspect(&self) -> String {
+        let c = self.shared.counts();
+        format!(
+            "#<CircuitBreaker::TimeWindow seconds={} buckets={} total={} failures={} slow_calls={}>",
+            self.seconds, self.buckets, c.total, c.failures, c.slow_calls
+        )
+    }
+}
+
+fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Result<Obj<T>, Error> {
+    let kw = get_kwargs::<_, (Value, Value), (), ()>(kwargs(args)?, &["duration_ms", "success"], &[])?;
+    let (duration, success) = kw.required;
+    let duration_ms = args::float(ruby, "duration_ms", duration)?;
+    if !(duration_ms.is_finite() && duration_ms >= 0.0) {
+        return Err(crate::errors::arg_error(
+            ruby,
+            format!("duration_ms must be a finite Numeric >= 0 (got {duration_ms})"),
+        ));
+    }
+    let shared = rb_self.shared();
+    let now = shared.now();
+    shared.record.lock().window.record(duration_ms, success.to_bool(), now);
+    Ok(rb_self)
+}
+
+fn total<T: WindowObject>(rb_self: &T) -> u64 {
+    rb_self.shared().counts().total
+}
+
+fn failures<T: WindowObject>(rb_self: &T) -> u64 {
+    rb_self.shared().counts().failures
+}
+
+fn slow_calls<T: WindowObject>(rb_self: &T) -> u64 {
+    rb_self.shared().counts().slow_calls
+}
+
+fn error_rate<T: WindowObject>(rb_self: &T) -> f64 {
+    rb_self.shared().counts().error_rate()
+}
+
+fn slow_call_rate<T: WindowObject>(rb_self: &T) -> f64 {
+    rb_self.shared().counts().slow_call_rate()
+}
+
+fn reset<T: WindowObject>(rb_self: Obj<T>) -> Obj<T> {
+    rb_self.shared().record.lock().window.reset();
+    rb_self
+}
+
+macro_rules! define_common {
+    ($class:expr, $t:ty) => {{
+        let class: RClass = $class;
+        class.undef_default_alloc_func();
+        class.define_method("record", method!(record::<$t>, -1))?;
+        class.define_method("total", method!(total::<$t>, 0))?;
+        class.define_method("failures", method!(failures::<$t>, 0))?;
+        class.define_method("slow_calls", method!(slow_calls::<$t>, 0))?;
+        class.define_method("error_rate", method!(error_rate::<$t>, 0))?;
+        class.define_method("slow_call_rate", method!(slow_call_rate::<$t>, 0))?;
+        class.define_method("reset", method!(reset::<$t>, 0))?;
+    }};
+}
+
+pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
+    let sliding = namespace.define_class("SlidingWindow", ruby.class_object())?;
+    define_common!(sliding, SlidingWindow);
+    sliding.define_singleton_method("new", function!(SlidingWindow::new, -1))?;
+    sliding.define_method("size", method!(SlidingWindow::size, 0))?;
+    sliding.define_method("slow_threshold_ms", method!(SlidingWindow::slow_threshold_ms, 0))?;
+    sliding.define_method("inspect", method!(SlidingWindow::inspect, 0))?;
+
+    let timed = namespace.define_class("TimeWindow", ruby.class_object())?;
+    define_common!(timed, TimeWindow);
+    timed.define_singleton_method("new", function!(TimeWindow::new, -1))?;
+    timed.define_method("seconds", method!(TimeWindow::seconds, 0))?;
+    timed.define_method("buckets", method!(TimeWindow::buckets, 0))?;
+    timed.define_method("slow_threshold_ms", method!(TimeWindow::slow_threshold_ms, 0))?;
+    timed.define_method("inspect", method!(TimeWindow::inspect, 0))?;
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! Time as plain integers.
+//!
+//! The core never reads a clock by itself: every entry point takes `now` in
+//! [`Nanos`], read once by the caller. This file only provides the two
+//! sources callers use: the system-wide monotonic clock (the same in every
+//! process of a host, which shared state relies on) and a manual clock for
+//! tests. Both are cheap enough for the hot path and never go backwards.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// A point in time or a duration, in nanoseconds. Arithmetic on it saturates.
+pub type Nanos = i64;
+
+/// Nanoseconds in one second.
+pub const NANOS_PER_SEC: f64 = 1e9;
+
+/// Converts seconds to [`Nanos`], rounding to the nearest nanosecond and
+/// saturating at the ends of the range (about ±292 years). NaN becomes 0;
+/// callers validate before they convert.
+pub fn nanos_from_secs(secs: f64) -> Nanos {
+    (secs * NANOS_PER_SEC).round() as Nanos
+}
+
+/// Converts [`Nanos`] to seconds.
+pub fn secs_from_nanos(nanos: Nanos) -> f64 {
+    nanos as f64 / NANOS_PER_SEC
+}
+
+/// Converts a duration in [`Nanos`] to milliseconds, the unit of windows.
+pub fn millis_from_nanos(nanos: Nanos) -> f64 {
+    nanos as f64 / 1e6
+}
+
+/// A source of `now`.
+pub trait Clock {
+    /// The current time; never smaller than a previous reading.
+    fn now(&self) -> Nanos;
+}
+
+/// `CLOCK_MONOTONIC`: system-wide on Linux, so processes of one host agree.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Nanos {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
+        // exists on the platforms Ruby supports, so the call cannot fail.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        (ts.tv_sec as i64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as i64)
+    }
+}
+
+/// A clock that only moves when told to: tests use it instead of sleeping.
+/// Shared between threads without a lock.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    now: AtomicI64,
+}
+
+impl ManualClock {
+    /// A clock that reads `start` until advanced.
+    pub fn new(start: Nanos) -> Self {
+        Self { now: AtomicI64::new(start) }
+    }
+
+    /// Moves the clock forward by `by` (negative values are ignored: the
+    /// clock never goes backwards), saturating at the end of the range.
+    pub fn advance(&self, by: Nanos) {
+        let by = by.max(0);
+        // fetch_update with a closure that always returns Some cannot fail.
+        let _ = self
+            .now
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Nanos {
+        self.now.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_trip_to_the_nanosecond() {
+        assert_eq!(nanos_from_secs(0.1) * 3, 300_000_000);
+        assert_eq!(secs_from_nanos(nanos_from_secs(12.5)), 12.5);
+        assert_eq!(millis_from_nanos(800_000_000), 800.0);
+    }
+
+    #[test]
+    fn conversions_saturate_instead_of_overflowing() {
+        assert_eq!(nanos_from_secs(1e300), i64::MAX);
+        assert_eq!(nanos_from_secs(-1e300), i64::MIN);
+        assert_eq!(nanos_from_secs(f64::NAN), 0);
+    }
+
+    #[test]
+    fn manual_clock_moves_only_forward_when_told() {
+        let clock = ManualClock::new(5);
+        assert_eq!(clock.now(), 5);
+        clock.advance(10);
+        clock.advance(-100);
+        assert_eq!(clock.now(), 15);
+        clock.advance(i64::MAX);
+        assert_eq!(clock.now(), i64::MAX);
+    }
+
+    #[test]
+    fn monotonic_clock_never_goes_backwards() {
+        let clock = MonotonicClock;
+        let mut last = clock.now();
+        for _ in 0..1000 {
+            let t = clock.now();
+            assert!(t >= last);
+            last = t;
+        }
+    }
+}

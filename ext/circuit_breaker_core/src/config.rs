@@ -1,0 +1,253 @@
+//! Validated configuration.
+//!
+//! Everything a user passes is checked here, once, before any state exists:
+//! the state machine then trusts its configuration and never fails. Errors
+//! name the argument, the accepted range and the value received, so the
+//! binding can raise them unchanged as `ArgumentError`.
+
+use crate::clock::{nanos_from_secs, Nanos};
+
+/// A value outside its accepted range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{name} must be {range} (got {got})")]
+pub struct ConfigError {
+    /// The argument, spelled as the Ruby keyword.
+    pub name: &'static str,
+    /// The accepted range, in words.
+    pub range: &'static str,
+    /// The value received, printed.
+    pub got: String,
+}
+
+pub(crate) fn out_of_range(name: &'static str, range: &'static str, got: impl ToString) -> ConfigError {
+    ConfigError { name, range, got: got.to_string() }
+}
+
+/// Checks `lo < x <= hi` (`lo_open`) or `lo <= x <= hi`, rejecting NaN.
+pub(crate) fn check_f64(
+    name: &'static str,
+    range: &'static str,
+    x: f64,
+    lo: f64,
+    lo_open: bool,
+    hi: f64,
+) -> Result<f64, ConfigError> {
+    let above = if lo_open { x > lo } else { x >= lo };
+    if above && x <= hi {
+        Ok(x)
+    } else {
+        Err(out_of_range(name, range, x))
+    }
+}
+
+pub(crate) fn check_int(name: &'static str, range: &'static str, x: i64, lo: i64, hi: i64) -> Result<u32, ConfigError> {
+    if (lo..=hi).contains(&x) {
+        u32::try_from(x).map_err(|_| out_of_range(name, range, x))
+    } else {
+        Err(out_of_range(name, range, x))
+    }
+}
+
+/// Seconds as a positive, finite duration, at least one nanosecond.
+pub(crate) fn check_secs(name: &'static str, range: &'static str, secs: f64) -> Result<Nanos, ConfigError> {
+    let secs = check_f64(name, range, secs, 0.0, true, f64::MAX)?;
+    Ok(nanos_from_secs(secs).max(1))
+}
+
+/// Shares are compared as integers in parts per billion so that decimal
+/// shares such as 0.3 space admissions exactly.
+pub const PPB: u64 = 1_000_000_000;
+
+/// The breaker's options as plain values, before validation. Field meanings
+/// and defaults are those of SPEC.md §3; see [`Config`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub error_rate_threshold: f64,
+    pub slow_rate_threshold: f64,
+    pub min_calls: i64,
+    pub open_duration: f64,
+    pub half_open_calls: i64,
+    pub ramp: Vec<f64>,
+    pub advance_rate: f64,
+    /// None: the same as `advance_rate`.
+    pub reopen_rate: Option<f64>,
+    /// None: a half-open stage may take forever.
+    pub half_open_timeout: Option<f64>,
+    pub backoff: f64,
+    /// None: no cap.
+    pub max_open_duration: Option<f64>,
+    pub jitter: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            error_rate_threshold: 0.5,
+            slow_rate_threshold: 0.8,
+            min_calls: 20,
+            open_duration: 30.0,
+            half_open_calls: 2,
+            ramp: vec![1.0],
+            advance_rate: 1.0,
+            reopen_rate: None,
+            half_open_timeout: None,
+            backoff: 1.0,
+            max_open_duration: None,
+            jitter: 0.0,
+        }
+    }
+}
+
+/// The breaker's validated configuration. Immutable once built.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Opens when the window's error rate is at least this (0 < x <= 1).
+    pub error_rate_threshold: f64,
+    /// Opens when the window's slow-call rate is at least this (0 < x <= 1).
+    pub slow_rate_threshold: f64,
+    /// No verdict while the window holds fewer calls (>= 1).
+    pub min_calls: u32,
+    /// How long the first opening lasts.
+    pub open_duration: Nanos,
+    /// Probes judged per ramp stage (>= 1).
+    pub half_open_calls: u32,
+    /// Admitted share per half-open stage, in parts per billion (each > 0).
+    pub ramp: Vec<u64>,
+    /// The ramp as given, for reporting.
+    pub ramp_shares: Vec<f64>,
+    /// Probe success share needed to advance a stage.
+    pub advance_rate: f64,
+    /// Below this probe success share the breaker reopens (<= advance_rate).
+    pub reopen_rate: f64,
+    /// How long a half-open stage may take; None: no limit.
+    pub half_open_timeout: Option<Nanos>,
+    /// Multiplier of the open duration for each reopen from half-open (>= 1).
+    pub backoff: f64,
+    /// Cap of the backed-off open duration; None: no cap.
+    pub max_open_duration: Option<Nanos>,
+    /// Open durations are shortened by a random share in [0, jitter).
+    pub jitter: f64,
+}
+
+impl Config {
+    /// Validates `o`; the error names the first bad option.
+    pub fn new(o: &Options) -> Result<Self, ConfigError> {
+        const RATE: &str = "a Float in (0.0, 1.0]";
+        let error_rate_threshold = check_f64("error_rate_threshold", RATE, o.error_rate_threshold, 0.0, true, 1.0)?;
+        let slow_rate_threshold = check_f64("slow_rate_threshold", RATE, o.slow_rate_threshold, 0.0, true, 1.0)?;
+        let min_calls = check_int("min_calls", "an Integer in 1..1_000_000_000", o.min_calls, 1, 1_000_000_000)?;
+        let open_duration = check_secs("open_duration", "a finite number of seconds > 0", o.open_duration)?;
+        let half_open_calls = check_int("half_open_calls", "an Integer in 1..1_000_000", o.half_open_calls, 1, 1_000_000)?;
+        let ramp = check_ramp(&o.ramp)?;
+        let advance_rate = check_f64("advance_rate", RATE, o.advance_rate, 0.0, true, 1.0)?;
+        let reopen_rate = match o.reopen_rate {
+            None => advance_rate,
+            Some(r) => check_f64("reopen_rate", "a Float in 0.0..advance_rate", r, 0.0, false, advance_rate)?,
+        };
+        let half_open_timeout = o
+            .half_open_timeout
+            .map(|s| check_secs("half_open_timeout", "nil or a finite number of seconds > 0", s))
+            .transpose()?;
+        let backoff = check_f64("backoff", "a finite Float >= 1.0", o.backoff, 1.0, false, f64::MAX)?;
+        let max_open_duration = match o.max_open_duration {
+            None => None,
+            Some(s) if s >= o.open_duration => {
+                Some(check_secs("max_open_duration", "nil or a finite number of seconds >= open_duration", s)?)
+            }
+            Some(s) => return Err(out_of_range("max_open_duration", "nil or a finite number of seconds >= open_duration", s)),
+        };
+        let jitter = if (0.0..1.0).contains(&o.jitter) {
+            o.jitter
+        } else {
+            return Err(out_of_range("jitter", "a Float in 0.0...1.0 (1.0 excluded)", o.jitter));
+        };
+        Ok(Self {
+            error_rate_threshold,
+            slow_rate_threshold,
+            min_calls,
+            open_duration,
+            half_open_calls,
+            ramp_shares: o.ramp.clone(),
+            ramp,
+            advance_rate,
+            reopen_rate,
+            half_open_timeout,
+            backoff,
+            max_open_duration,
+            jitter,
+        })
+    }
+}
+
+fn check_ramp(ramp: &[f64]) -> Result<Vec<u64>, ConfigError> {
+    const RANGE: &str = "a non-empty, strictly ascending Array of shares in (0.0, 1.0]";
+    let show = || format!("{ramp:?}");
+    if ramp.is_empty() || ramp.len() > 1_000 {
+        return Err(out_of_range("ramp", RANGE, show()));
+    }
+    let mut last = 0.0;
+    ramp.iter()
+        .map(|&share| {
+            if !(share > last && share <= 1.0) {
+                return Err(out_of_range("ramp", RANGE, show()));
+            }
+            last = share;
+            // A tiny share still admits the first call of each stage.
+            Ok(((share * PPB as f64).round() as u64).clamp(1, PPB))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(f: impl FnOnce(&mut Options)) -> Result<Config, ConfigError> {
+        let mut o = Options::default();
+        f(&mut o);
+        Config::new(&o)
+    }
+
+    #[test]
+    fn defaults_are_valid_and_reopen_rate_follows_advance_rate() {
+        let c = with(|o| o.advance_rate = 0.9).unwrap();
+        assert_eq!(c.reopen_rate, 0.9);
+        assert_eq!(c.open_duration, 30_000_000_000);
+        assert_eq!(c.ramp, vec![PPB]);
+    }
+
+    #[test]
+    fn errors_name_the_option_and_the_range() {
+        let e = with(|o| o.error_rate_threshold = 0.0).unwrap_err();
+        assert_eq!(e.to_string(), "error_rate_threshold must be a Float in (0.0, 1.0] (got 0)");
+        assert_eq!(with(|o| o.min_calls = 0).unwrap_err().name, "min_calls");
+        assert_eq!(with(|o| o.open_duration = f64::NAN).unwrap_err().name, "open_duration");
+        assert_eq!(with(|o| o.open_duration = f64::INFINITY).unwrap_err().name, "open_duration");
+        assert_eq!(with(|o| o.half_open_calls = 1_000_001).unwrap_err().name, "half_open_calls");
+        assert_eq!(with(|o| o.reopen_rate = Some(1.1)).unwrap_err().name, "reopen_rate");
+        assert_eq!(with(|o| o.backoff = 0.5).unwrap_err().name, "backoff");
+        assert_eq!(with(|o| o.max_open_duration = Some(1.0)).unwrap_err().name, "max_open_duration");
+        assert_eq!(with(|o| o.jitter = 1.0).unwrap_err().name, "jitter");
+        assert_eq!(with(|o| o.half_open_timeout = Some(-1.0)).unwrap_err().name, "half_open_timeout");
+    }
+
+    #[test]
+    fn reopen_rate_may_not_exceed_advance_rate() {
+        assert!(with(|o| {
+            o.advance_rate = 0.5;
+            o.reopen_rate = Some(0.6)
+        })
+        .is_err());
+        assert!(with(|o| o.reopen_rate = Some(0.0)).is_ok());
+    }
+
+    #[test]
+    fn ramp_must_ascend_strictly_within_zero_and_one() {
+        for bad in [vec![], vec![0.0], vec![0.5, 0.5], vec![0.6, 0.3], vec![1.5], vec![f64::NAN]] {
+            assert_eq!(with(|o| o.ramp = bad.clone()).unwrap_err().name, "ramp", "{bad:?}");
+        }
+        let c = with(|o| o.ramp = vec![0.1, 0.3, 0.6, 1.0]).unwrap();
+        assert_eq!(c.ramp, vec![100_000_000, 300_000_000, 600_000_000, PPB]);
+        assert_eq!(with(|o| o.ramp = vec![1e-12]).unwrap().ramp, vec![1]);
+    }
+}

@@ -1,0 +1,16 @@
+//! The logic of the `circuit_breaker` gem, in plain Rust.
+//!
+//! Windows of recent calls ([`window`]), the breaker's state machine with
+//! its half-open ramp ([`state`], [`ramp`]) and validated configuration
+//! ([`config`]). Nothing here knows about Ruby: inputs and outputs are plain
+//! values, time is passed in as `now` ([`clock`]), and the breaker's whole
+//! mutable state is a plain-data record that a caller keeps behind one lock
+//! (in process memory today; shared memory is the same record elsewhere).
+
+pub mod clock;
+pub mod config;
+pub mod window;
+
+pub use clock::{Clock, ManualClock, MonotonicClock, Nanos};
+pub use config::{Config, ConfigError, Options};
+pub use window::{Bucket, CountWindow, Counts, TimeWindow, Window};

@@ -1,0 +1,29 @@
+# frozen_string_literal: true
+
+$LOAD_PATH.unshift File.expand_path("../lib", __dir__)
+require "circuit_breaker"
+
+Dir[File.join(__dir__, "support", "**", "*.rb")].sort.each { |f| require f }
+
+RSpec.configure do |config|
+  config.disable_monkey_patching!
+  config.order = :random
+  Kernel.srand config.seed
+  config.expect_with(:rspec) { |c| c.syntax = :expect }
+  config.example_status_persistence_file_path = "tmp/rspec-status.txt"
+
+  # GC_STRESS=1 runs every example under GC.stress; GC_COMPACT=1 compacts
+  # the heap around every example (objects must survive being moved).
+  if ENV["GC_STRESS"] == "1"
+    config.around do |example|
+      GC.stress = true
+      example.run
+    ensure
+      GC.stress = false
+    end
+  end
+  if ENV["GC_COMPACT"] == "1" && GC.respond_to?(:compact)
+    config.before { GC.compact }
+    config.after { GC.compact }
+  end
+end
