@@ -9,8 +9,11 @@
 
 pub mod clock;
 pub mod config;
+pub mod ramp;
+pub mod state;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos};
 pub use config::{Config, ConfigError, Options};
-pub use window::{Bucket, CountWindow, Counts, TimeWindow, Window};
+pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
+pub use window::{Bucket, Buckets, CountWindow, Counts, Slots, TimeWindow, Window};

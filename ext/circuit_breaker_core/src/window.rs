@@ -12,6 +12,14 @@
 use crate::clock::Nanos;
 use crate::config::{check_f64, check_int, out_of_range, ConfigError};
 
+/// Storage of a [`CountWindow`]: one byte per call.
+pub trait Slots: AsRef<[u8]> + AsMut<[u8]> {}
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Slots for T {}
+
+/// Storage of a [`TimeWindow`].
+pub trait Buckets: AsRef<[Bucket]> + AsMut<[Bucket]> {}
+impl<T: AsRef<[Bucket]> + AsMut<[Bucket]>> Buckets for T {}
+
 /// What a window holds at one instant.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -79,7 +87,7 @@ impl CountWindow {
     }
 }
 
-impl<S: AsRef<[u8]> + AsMut<[u8]>> CountWindow<S> {
+impl<S: Slots> CountWindow<S> {
     /// A window over caller-provided storage (its length is the size),
     /// starting empty.
     pub fn with_storage(slots: S, slow_threshold_ms: f64) -> Result<Self, ConfigError> {
@@ -161,7 +169,7 @@ impl TimeWindow {
     }
 }
 
-impl<B: AsRef<[Bucket]> + AsMut<[Bucket]>> TimeWindow<B> {
+impl<B: Buckets> TimeWindow<B> {
     /// A window over caller-provided buckets (their count is `buckets`),
     /// starting empty.
     pub fn with_storage(mut buckets: B, seconds: f64, slow_threshold_ms: f64) -> Result<Self, ConfigError> {
@@ -256,7 +264,7 @@ pub enum Window<S = Box<[u8]>, B = Box<[Bucket]>> {
     Time(TimeWindow<B>),
 }
 
-impl<S: AsRef<[u8]> + AsMut<[u8]>, B: AsRef<[Bucket]> + AsMut<[Bucket]>> Window<S, B> {
+impl<S: Slots, B: Buckets> Window<S, B> {
     /// Records one call that finished at `now` and took `duration_ms`.
     /// A call is slow when `duration_ms >= slow_threshold_ms`.
     pub fn record(&mut self, duration_ms: f64, success: bool, now: Nanos) {

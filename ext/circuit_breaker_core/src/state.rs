@@ -1,0 +1,476 @@
+//! The breaker's state machine.
+//!
+//! [`Breaker`] is the whole mutable state of a breaker besides its window:
+//! a fixed-size record of plain data, meant to live behind one lock (in a
+//! process today, in memory shared by processes later). Every entry point
+//! takes the window, the configuration and `now`, applies the timers that
+//! are due, does its step and returns what changed, so the caller can
+//! notify listeners after releasing the lock.
+//!
+//! Invariants:
+//! - every state change and every ramp stage starts a new generation; an
+//!   outcome carrying an older generation is dropped, and probe slots of an
+//!   older generation no longer count;
+//! - entering closed or open empties the window;
+//! - timers are lazy: a breaker opened at `t` is half-open from
+//!   `t + open_for` on, whenever that is noticed; a stage begins when it is
+//!   entered (noticed), and times out `half_open_timeout` after that.
+
+use crate::clock::Nanos;
+use crate::config::Config;
+use crate::ramp::{Stage, Verdict};
+use crate::window::{Buckets, Counts, Slots, Window};
+
+/// The breaker's states.
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Admits every call and watches the rates.
+    Closed,
+    /// Rejects every call until the open duration has passed.
+    Open,
+    /// Admits probes along the ramp.
+    HalfOpen,
+    /// Rejects every call until reset (manual).
+    ForcedOpen,
+    /// Admits every call, records, never trips, until reset (manual).
+    Disabled,
+}
+
+/// Why a transition happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The error rate reached its threshold.
+    ErrorRate,
+    /// The slow-call rate reached its threshold.
+    SlowCallRate,
+    /// Half-open probes could no longer reach `reopen_rate`.
+    ProbeFailed,
+    /// The last ramp stage's probes reached `advance_rate`.
+    ProbesPassed,
+    /// The open duration passed.
+    CoolDownElapsed,
+    /// A half-open stage took longer than `half_open_timeout`.
+    HalfOpenTimeout,
+    /// `trip!`, `reset!`, `force_open!` or `disable!`.
+    Manual,
+}
+
+/// A permission to run one call, to be settled with [`Breaker::complete`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permit {
+    /// The generation it was issued in.
+    pub generation: u64,
+    /// Whether it holds a half-open probe slot.
+    pub probe: bool,
+}
+
+impl Permit {
+    /// The permit as one integer (for callers that keep permits as numbers).
+    pub fn to_bits(self) -> u64 {
+        (self.generation << 1) | u64::from(self.probe)
+    }
+
+    /// The inverse of [`Permit::to_bits`].
+    pub fn from_bits(bits: u64) -> Self {
+        Self { generation: bits >> 1, probe: bits & 1 == 1 }
+    }
+}
+
+/// A rejected call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rejection {
+    /// Open, half-open (no probe slot) or forced open.
+    pub state: State,
+    /// Time until probes may be admitted: 0 in half-open, None when forced open.
+    pub retry_after: Option<Nanos>,
+}
+
+/// The answer to [`Breaker::acquire`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Decision {
+    Allowed(Permit),
+    Rejected(Rejection),
+}
+
+/// How a permitted call ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome {
+    /// Finished successfully after `duration_ms`.
+    Success { duration_ms: f64 },
+    /// Finished as a failure after `duration_ms`.
+    Failure { duration_ms: f64 },
+    /// Ended without an outcome (ignored error, killed thread…): nothing is
+    /// recorded and a probe slot is given back.
+    Released,
+}
+
+/// The breaker and its window at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Metrics {
+    pub state: State,
+    pub counts: Counts,
+    /// Calls rejected since creation.
+    pub rejected: u64,
+    /// The half-open ramp stage; None outside half-open.
+    pub stage: Option<u32>,
+    /// Share of calls admitted now: 1.0 closed or disabled, 0.0 open or
+    /// forced open, the stage's share in half-open.
+    pub admit_share: f64,
+    /// Time until probes may be admitted: 0 unless open; None when forced open.
+    pub retry_after: Option<Nanos>,
+}
+
+/// One state change, with the metrics taken just after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transition {
+    pub from: State,
+    pub to: State,
+    pub reason: Reason,
+    pub metrics: Metrics,
+}
+
+/// The state changes of one step: at most two (a timer, then the step's own).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Transitions([Option<Transition>; 2]);
+
+impl Transitions {
+    fn push(&mut self, t: Transition) {
+        if let Some(slot) = self.0.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(t);
+        }
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.0[0].is_none()
+    }
+
+    /// The changes, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Transition> {
+        self.0.iter().flatten()
+    }
+}
+
+/// A breaker's mutable state, besides its window. Plain data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Breaker {
+    state: State,
+    generation: u64,
+    opened_at: Nanos,
+    /// Length of the current opening (backed off and jittered).
+    open_for: Nanos,
+    /// The backed-off length of the last opening before jitter, which the
+    /// next reopen multiplies; 0 once closed.
+    open_base: Nanos,
+    stage: Stage,
+    rejected: u64,
+    rng: u64,
+}
+
+impl Breaker {
+    /// A closed breaker. `seed` feeds the jitter of open durations.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            state: State::Closed,
+            generation: 0,
+            opened_at: 0,
+            open_for: 0,
+            open_base: 0,
+            stage: Stage::new(0, 0),
+            rejected: 0,
+            rng: seed,
+        }
+    }
+
+    /// The current state, without applying timers.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The current generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Half-open probes currently running in this generation.
+    pub fn probes_in_flight(&self) -> u32 {
+        if self.state == State::HalfOpen {
+            self.stage.in_flight()
+        } else {
+            0
+        }
+    }
+
+    /// Applies the timers due at `now`.
+    pub fn tick<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+        let mut out = Transitions::default();
+        self.apply_timers(w, cfg, now, &mut out);
+        out
+    }
+
+    /// Asks to run one call.
+    pub fn acquire<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+    ) -> (Decision, Transitions) {
+        let mut out = Transitions::default();
+        self.apply_timers(w, cfg, now, &mut out);
+        let permit = |probe| Decision::Allowed(Permit { generation: self.generation, probe });
+        let decision = match self.state {
+            State::Closed | State::Disabled => permit(false),
+            State::HalfOpen => {
+                let share = cfg.ramp[self.stage.index as usize];
+                if self.stage.admit(share, cfg.half_open_calls) {
+                    permit(true)
+                } else {
+                    self.reject(State::HalfOpen, Some(0))
+                }
+            }
+            State::Open => self.reject(State::Open, Some(self.remaining(now))),
+            State::ForcedOpen => self.reject(State::ForcedOpen, None),
+        };
+        (decision, out)
+    }
+
+    /// Settles a permitted call finished at `now`. An outcome from an
+    /// older generation is dropped.
+    pub fn complete<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        permit: Permit,
+        outcome: Outcome,
+        now: Nanos,
+    ) -> Transitions {
+        let mut out = Transitions::default();
+        self.apply_timers(w, cfg, now, &mut out);
+        if permit.generation != self.generation {
+            return out;
+        }
+        match (self.state, outcome) {
+            (State::HalfOpen, Outcome::Released) if permit.probe => self.stage.release(),
+            (State::HalfOpen, Outcome::Success { duration_ms } | Outcome::Failure { duration_ms }) if permit.probe => {
+                let success = matches!(outcome, Outcome::Success { .. });
+                w.record(duration_ms, success, now);
+                let passed = success && duration_ms < w.slow_threshold_ms();
+                let verdict = self.stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
+                self.judge(verdict, w, cfg, now, &mut out);
+            }
+            (State::Closed | State::Disabled, _) => self.record_closed(w, cfg, outcome, now, &mut out),
+            _ => {}
+        }
+        out
+    }
+
+    /// Records an outcome that came without a permit: counted while closed
+    /// or disabled, ignored otherwise.
+    pub fn record_unpermitted<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        outcome: Outcome,
+        now: Nanos,
+    ) -> Transitions {
+        let mut out = Transitions::default();
+        self.apply_timers(w, cfg, now, &mut out);
+        if matches!(self.state, State::Closed | State::Disabled) {
+            self.record_closed(w, cfg, outcome, now, &mut out);
+        }
+        out
+    }
+
+    /// Opens now for `open_duration`, without backoff or jitter.
+    pub fn trip<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+        self.manual(State::Open, w, cfg, now)
+    }
+
+    /// Closes now and empties the window.
+    pub fn reset<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+        self.manual(State::Closed, w, cfg, now)
+    }
+
+    /// Rejects everything until reset.
+    pub fn force_open<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+        self.manual(State::ForcedOpen, w, cfg, now)
+    }
+
+    /// Admits everything, records, never trips, until reset.
+    pub fn disable<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+        self.manual(State::Disabled, w, cfg, now)
+    }
+
+    /// Applies the timers due at `now`, then describes the breaker.
+    pub fn metrics<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+    ) -> (Metrics, Transitions) {
+        let out = self.tick(w, cfg, now);
+        (self.snapshot(w, cfg, now), out)
+    }
+
+    fn manual<S: Slots, B: Buckets>(&mut self, to: State, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+        let mut out = Transitions::default();
+        self.apply_timers(w, cfg, now, &mut out);
+        self.enter(to, Reason::Manual, w, cfg, now, &mut out);
+        out
+    }
+
+    fn reject(&mut self, state: State, retry_after: Option<Nanos>) -> Decision {
+        self.rejected = self.rejected.saturating_add(1);
+        Decision::Rejected(Rejection { state, retry_after })
+    }
+
+    fn remaining(&self, now: Nanos) -> Nanos {
+        self.opened_at.saturating_add(self.open_for).saturating_sub(now).max(0)
+    }
+
+    fn apply_timers<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos, out: &mut Transitions) {
+        match self.state {
+            State::Open if now >= self.opened_at.saturating_add(self.open_for) => {
+                self.enter(State::HalfOpen, Reason::CoolDownElapsed, w, cfg, now, out);
+            }
+            State::HalfOpen => {
+                if let Some(timeout) = cfg.half_open_timeout {
+                    if now >= self.stage.started_at.saturating_add(timeout) {
+                        self.enter(State::Open, Reason::HalfOpenTimeout, w, cfg, now, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn record_closed<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        outcome: Outcome,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
+        let (success, duration_ms) = match outcome {
+            Outcome::Success { duration_ms } => (true, duration_ms),
+            Outcome::Failure { duration_ms } => (false, duration_ms),
+            Outcome::Released => return,
+        };
+        w.record(duration_ms, success, now);
+        if self.state != State::Closed {
+            return;
+        }
+        let counts = w.counts(now);
+        let min_calls = cfg.min_calls.min(w.capacity().unwrap_or(u32::MAX));
+        if counts.total < u64::from(min_calls) {
+            return;
+        }
+        if counts.error_rate() >= cfg.error_rate_threshold {
+            self.enter(State::Open, Reason::ErrorRate, w, cfg, now, out);
+        } else if counts.slow_call_rate() >= cfg.slow_rate_threshold {
+            self.enter(State::Open, Reason::SlowCallRate, w, cfg, now, out);
+        }
+    }
+
+    fn judge<S: Slots, B: Buckets>(
+        &mut self,
+        verdict: Verdict,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
+        match verdict {
+            Verdict::Pending => {}
+            Verdict::Reopen => self.enter(State::Open, Reason::ProbeFailed, w, cfg, now, out),
+            Verdict::Restart => self.begin_stage(self.stage.index, now),
+            Verdict::Advance if (self.stage.index as usize) + 1 < cfg.ramp.len() => {
+                self.begin_stage(self.stage.index + 1, now)
+            }
+            Verdict::Advance => self.enter(State::Closed, Reason::ProbesPassed, w, cfg, now, out),
+        }
+    }
+
+    fn begin_stage(&mut self, index: u32, now: Nanos) {
+        self.generation = self.generation.wrapping_add(1);
+        self.stage = Stage::new(index, now);
+    }
+
+    fn enter<S: Slots, B: Buckets>(
+        &mut self,
+        to: State,
+        reason: Reason,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
+        let from = self.state;
+        self.state = to;
+        self.generation = self.generation.wrapping_add(1);
+        match to {
+            State::Closed => {
+                w.reset();
+                self.open_base = 0;
+            }
+            State::Open => {
+                w.reset();
+                self.open_for = self.next_open_duration(from, reason, cfg);
+                self.opened_at = now;
+            }
+            State::HalfOpen => self.stage = Stage::new(0, now),
+            State::ForcedOpen | State::Disabled => {}
+        }
+        if from != to {
+            out.push(Transition { from, to, reason, metrics: self.snapshot(w, cfg, now) });
+        }
+    }
+
+    /// The first opening lasts `open_duration`; each reopen from half-open
+    /// multiplies the last one by `backoff`, up to `max_open_duration`.
+    /// Jitter shortens all but manual openings.
+    fn next_open_duration(&mut self, from: State, reason: Reason, cfg: &Config) -> Nanos {
+        let base = if from == State::HalfOpen && self.open_base > 0 {
+            let grown = (self.open_base as f64 * cfg.backoff) as Nanos;
+            cfg.max_open_duration.map_or(grown, |max| grown.min(max))
+        } else {
+            cfg.open_duration
+        };
+        self.open_base = base;
+        if reason == Reason::Manual || cfg.jitter == 0.0 {
+            return base;
+        }
+        let cut = (base as f64 * cfg.jitter * self.next_unit()) as Nanos;
+        (base - cut).max(1)
+    }
+
+    /// A pseudo-random number in [0, 1) (splitmix64), mixed with the
+    /// process id so that forked processes that opened together spread out.
+    fn next_unit(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng ^ (u64::from(std::process::id()) << 32);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn snapshot<S: Slots, B: Buckets>(&self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Metrics {
+        let (stage, admit_share, retry_after) = match self.state {
+            State::Closed | State::Disabled => (None, 1.0, Some(0)),
+            State::Open => (None, 0.0, Some(self.remaining(now))),
+            State::ForcedOpen => (None, 0.0, None),
+            State::HalfOpen => {
+                let i = self.stage.index;
+                (Some(i), cfg.ramp_shares[i as usize], Some(0))
+            }
+        };
+        Metrics { state: self.state, counts: w.counts(now), rejected: self.rejected, stage, admit_share, retry_after }
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;
