@@ -1,10 +1,40 @@
 # frozen_string_literal: true
 
+require "timeout" # Timeout::Error always counts as a failure
 require_relative "circuit_breaker/version"
 require_relative "circuit_breaker/errors"
 # The native library: lib/circuit_breaker/ in a checkout, the gem's
 # extension directory once installed.
 require "circuit_breaker/circuit_breaker"
+require_relative "circuit_breaker/permits"
+require_relative "circuit_breaker/events"
+
+class CircuitBreaker
+  include Permits
+  include Events
+
+  # @return [Boolean] whether the breaker is closed (admits every call)
+  def closed?
+    state == :closed
+  end
+
+  # @return [Boolean] whether the breaker rejects every call (open or forced open)
+  def open?
+    s = state
+    s == :open || s == :forced_open
+  end
+
+  # @return [Boolean] whether the breaker is admitting probes
+  def half_open?
+    state == :half_open
+  end
+
+  def inspect
+    m = metrics
+    format("#<CircuitBreaker %s state=%s total=%d error_rate=%.3f slow_call_rate=%.3f>",
+           (name || "(unnamed)").inspect, m[:state], m[:total], m[:error_rate], m[:slow_call_rate])
+  end
+end
 
 # The articles' names, so their code runs unchanged.
 SlidingWindow = CircuitBreaker::SlidingWindow unless defined?(SlidingWindow)

@@ -40,3 +40,13 @@ pub fn floats(ruby: &Ruby, name: &str, v: Value) -> Result<Vec<f64>, Error> {
     };
     ary.into_iter().map(|x| float(ruby, name, x)).collect()
 }
+
+/// A call's duration: a finite Numeric >= 0, in milliseconds.
+pub fn duration_ms(ruby: &Ruby, v: Value) -> Result<f64, Error> {
+    let ms = float(ruby, "duration_ms", v)?;
+    if ms.is_finite() && ms >= 0.0 {
+        Ok(ms)
+    } else {
+        Err(crate::errors::arg_error(ruby, format!("duration_ms must be a finite Numeric >= 0 (got {ms})")))
+    }
+}

@@ -2,6 +2,7 @@
 //! converting arguments, calling the core once and converting the result.
 
 mod args;
+mod breaker;
 mod clock;
 mod errors;
 mod record;
@@ -12,6 +13,7 @@ use magnus::{Error, Ruby};
 #[magnus::init]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     let namespace = ruby.define_class("CircuitBreaker", ruby.class_object())?;
+    breaker::init(namespace)?;
     clock::init(ruby, namespace)?;
     window::init(ruby, namespace)?;
     Ok(())

@@ -91,10 +91,14 @@ pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Option<Arc<Shared>>, Error> {
     Err(crate::errors::type_error(ruby, "window", "nil, a CircuitBreaker::SlidingWindow or a CircuitBreaker::TimeWindow", v))
 }
 
-/// A default `SlidingWindow.new(size: 100)` for a breaker given none.
+/// The record of a default `SlidingWindow.new` for a breaker given none.
 pub fn default_shared() -> Arc<Shared> {
-    Shared::new(Window::Count(CountWindow::new(100, 800.0).expect("the defaults are valid")), None)
+    let window = CountWindow::new(DEFAULT_SIZE, DEFAULT_SLOW_MS).expect("the defaults are valid");
+    Shared::new(Window::Count(window), None)
 }
+
+const DEFAULT_SIZE: i64 = 100;
+const DEFAULT_SLOW_MS: f64 = 800.0;
 
 fn kwargs(args: &[Value]) -> Result<RHash, Error> {
     Ok(scan_args::<(), (), (), (), RHash, ()>(args)?.keywords)
@@ -104,10 +108,15 @@ impl SlidingWindow {
     fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
         let kw = get_kwargs::<_, (), (Option<Value>, Option<Value>), ()>(kwargs(args)?, &[], &["size", "slow_threshold_ms"])?;
         let (size, slow) = kw.optional;
-        let size = size.map_or(Ok(100), |v| args::integer(ruby, "size", v))?;
-        let slow = slow.map_or(Ok(800.0), |v| args::float(ruby, "slow_threshold_ms", v))?;
+        let size = size.map_or(Ok(DEFAULT_SIZE), |v| args::integer(ruby, "size", v))?;
+        let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
         let window = CountWindow::new(size, slow).map_err(|e| config_error(ruby, e))?;
         Ok(Self { size: window.size(), slow_threshold_ms: slow, shared: Shared::new(Window::Count(window), None) })
+    }
+
+    /// The Ruby object of a default window record (see [`default_shared`]).
+    pub fn wrap_shared(ruby: &Ruby, shared: Arc<Shared>) -> Obj<Self> {
+        ruby.obj_wrap(Self { shared, size: DEFAULT_SIZE as u32, slow_threshold_ms: DEFAULT_SLOW_MS })
     }
 
     fn size(&self) -> u32 {
@@ -137,7 +146,7 @@ impl TimeWindow {
         let (seconds, buckets, slow, clock) = kw.optional;
         let seconds = seconds.map_or(Ok(10.0), |v| args::float(ruby, "seconds", v))?;
         let buckets = buckets.map_or(Ok(10), |v| args::integer(ruby, "buckets", v))?;
-        let slow = slow.map_or(Ok(800.0), |v| args::float(ruby, "slow_threshold_ms", v))?;
+        let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
         let clock = clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
         let window = CoreTimeWindow::new(seconds, buckets, slow).map_err(|e| config_error(ruby, e))?;
         Ok(Self {
@@ -172,13 +181,7 @@ impl TimeWindow {
 fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Result<Obj<T>, Error> {
     let kw = get_kwargs::<_, (Value, Value), (), ()>(kwargs(args)?, &["duration_ms", "success"], &[])?;
     let (duration, success) = kw.required;
-    let duration_ms = args::float(ruby, "duration_ms", duration)?;
-    if !(duration_ms.is_finite() && duration_ms >= 0.0) {
-        return Err(crate::errors::arg_error(
-            ruby,
-            format!("duration_ms must be a finite Numeric >= 0 (got {duration_ms})"),
-        ));
-    }
+    let duration_ms = args::duration_ms(ruby, duration)?;
     let shared = rb_self.shared();
     let now = shared.now();
     shared.record.lock().window.record(duration_ms, success.to_bool(), now);

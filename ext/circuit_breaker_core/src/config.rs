@@ -179,6 +179,14 @@ impl Config {
     }
 }
 
+/// The articles' probe quota: `max(1, floor(half_open_window * probe_ratio))`
+/// (the floor-to-zero pitfall of a small window avoided).
+pub fn probe_quota(half_open_window: i64, probe_ratio: f64) -> Result<i64, ConfigError> {
+    let w = check_int("half_open_window", "an Integer in 1..1_000_000_000", half_open_window, 1, 1_000_000_000)?;
+    let r = check_f64("probe_ratio", "a Float in (0.0, 1.0]", probe_ratio, 0.0, true, 1.0)?;
+    Ok(((f64::from(w) * r).floor() as i64).max(1))
+}
+
 fn check_ramp(ramp: &[f64]) -> Result<Vec<u64>, ConfigError> {
     const RANGE: &str = "a non-empty, strictly ascending Array of shares in (0.0, 1.0]";
     let show = || format!("{ramp:?}");
@@ -239,6 +247,14 @@ mod tests {
         })
         .is_err());
         assert!(with(|o| o.reopen_rate = Some(0.0)).is_ok());
+    }
+
+    #[test]
+    fn probe_quota_is_at_least_one() {
+        assert_eq!(probe_quota(10, 0.2), Ok(2));
+        assert_eq!(probe_quota(3, 0.2), Ok(1));
+        assert_eq!(probe_quota(0, 0.2).unwrap_err().name, "half_open_window");
+        assert_eq!(probe_quota(10, 0.0).unwrap_err().name, "probe_ratio");
     }
 
     #[test]

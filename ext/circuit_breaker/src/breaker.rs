@@ -1,0 +1,676 @@
+//! `CircuitBreaker`: argument conversion, `call`'s yield and the
+//! classification of how the block ended. Every decision is the core's.
+//!
+//! The lock is held only inside `step`, around one core call; the block,
+//! `failure_if`, error matchers and listeners run with no lock held.
+//! Listeners (`__transition`, `__rejected`, defined in Ruby) never run while
+//! a jump (`break`, `throw`, `Thread#kill`…) is pending: for that case they
+//! run inside `rb_ensure`'s ensure function while the jump resumes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
+use circuit_breaker_core::config::probe_quota;
+use circuit_breaker_core::{
+    Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, Reason, Rejection, State, Transitions,
+    Window,
+};
+use magnus::{
+    error::{ErrorType, Tag},
+    function, method,
+    prelude::*,
+    scan_args::scan_args,
+    typed_data::Obj,
+    value::{Lazy, LazyId, Opaque, OpaqueId, ReprValue},
+    DataTypeFunctions, Error, Exception, ExceptionClass, IntoValue, RArray, RClass, RHash, RString, Ruby, Symbol,
+    TypedData, Value,
+};
+
+use magnus::rb_sys::{AsRawId, AsRawValue, FromRawValue};
+use magnus::symbol::IntoSymbol;
+
+use crate::args;
+use crate::clock::ClockSource;
+use crate::errors::{arg_error, config_error, type_error, OPEN_ERROR};
+use crate::record::Record;
+use crate::window::{default_shared, shared_of, Shared};
+
+#[derive(TypedData)]
+#[magnus(class = "CircuitBreaker", free_immediately, size, mark)]
+pub struct Breaker {
+    shared: Arc<Shared>,
+    cfg: Config,
+    clock: ClockSource,
+    name: Option<Opaque<RString>>,
+    window: Opaque<Value>,
+    record_errors: Vec<Opaque<Value>>,
+    ignore_errors: Vec<Opaque<Value>>,
+    failure_if: Option<Opaque<Value>>,
+    /// Set once an `on_reject` listener exists: only then does a rejection
+    /// call into Ruby (besides ActiveSupport::Notifications, checked apart).
+    notify_rejects: AtomicBool,
+}
+
+impl DataTypeFunctions for Breaker {
+    fn mark(&self, marker: &magnus::gc::Marker) {
+        // Pinned (not movable): these are read through raw handles.
+        marker.mark(self.window);
+        if let Some(n) = self.name {
+            marker.mark(n);
+        }
+        for &v in self.record_errors.iter().chain(&self.ignore_errors).chain(&self.failure_if) {
+            marker.mark(v);
+        }
+    }
+}
+
+static TIMEOUT_ERRORS: Lazy<RArray> = Lazy::new(|ruby| {
+    // Timeout::Error, and Timeout::ExitException where the timeout gem has it.
+    let list = ruby.ary_new();
+    if let Ok(timeout) = ruby.class_object().const_get::<_, magnus::RModule>("Timeout") {
+        for name in ["Error", "ExitException"] {
+            if let Ok(class) = timeout.const_get::<_, Value>(name) {
+                let _ = list.push(class);
+            }
+        }
+    }
+    list.freeze();
+    list
+});
+
+static EMPTY_BACKTRACE: Lazy<RArray> = Lazy::new(|ruby| {
+    let a = ruby.ary_new();
+    a.freeze();
+    a
+});
+
+static ID_CLOSED: LazyId = LazyId::new("closed");
+static ID_OPEN: LazyId = LazyId::new("open");
+static ID_HALF_OPEN: LazyId = LazyId::new("half_open");
+static ID_FORCED_OPEN: LazyId = LazyId::new("forced_open");
+static ID_DISABLED: LazyId = LazyId::new("disabled");
+static ID_BREAKER_NAME: LazyId = LazyId::new("@breaker_name");
+static ID_STATE: LazyId = LazyId::new("@state");
+static ID_RETRY_AFTER: LazyId = LazyId::new("@retry_after");
+static ID_SET_BACKTRACE: LazyId = LazyId::new("set_backtrace");
+static ID_TRANSITION: LazyId = LazyId::new("__transition");
+static ID_REJECTED: LazyId = LazyId::new("__rejected");
+static ID_CALL: LazyId = LazyId::new("call");
+
+fn state_sym(ruby: &Ruby, s: State) -> Symbol {
+    let id: &LazyId = match s {
+        State::Closed => &ID_CLOSED,
+        State::Open => &ID_OPEN,
+        State::HalfOpen => &ID_HALF_OPEN,
+        State::ForcedOpen => &ID_FORCED_OPEN,
+        State::Disabled => &ID_DISABLED,
+    };
+    let id: OpaqueId = **id;
+    id.into_symbol_with(ruby)
+}
+
+fn reason_sym(ruby: &Ruby, r: Reason) -> Symbol {
+    ruby.to_symbol(match r {
+        Reason::ErrorRate => "error_rate",
+        Reason::SlowCallRate => "slow_call_rate",
+        Reason::ProbeFailed => "probe_failed",
+        Reason::ProbesPassed => "probes_passed",
+        Reason::CoolDownElapsed => "cool_down_elapsed",
+        Reason::HalfOpenTimeout => "half_open_timeout",
+        Reason::Manual => "manual",
+    })
+}
+
+fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
+    t.map_or_else(|| ruby.qnil().as_value(), |n| secs_from_nanos(n).into_value_with(ruby))
+}
+
+/// The frozen Hash of SPEC §3.5.
+fn metrics_hash(ruby: &Ruby, m: &Metrics) -> Result<RHash, Error> {
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("state"), state_sym(ruby, m.state))?;
+    h.aset(ruby.to_symbol("total"), m.counts.total)?;
+    h.aset(ruby.to_symbol("failures"), m.counts.failures)?;
+    h.aset(ruby.to_symbol("slow_calls"), m.counts.slow_calls)?;
+    h.aset(ruby.to_symbol("error_rate"), m.counts.error_rate())?;
+    h.aset(ruby.to_symbol("slow_call_rate"), m.counts.slow_call_rate())?;
+    h.aset(ruby.to_symbol("rejected"), m.rejected)?;
+    h.aset(ruby.to_symbol("stage"), m.stage)?;
+    h.aset(ruby.to_symbol("admit_share"), m.admit_share)?;
+    h.aset(ruby.to_symbol("retry_after"), secs_value(ruby, m.retry_after))?;
+    h.freeze();
+    Ok(h)
+}
+
+/// Keyword arguments of `CircuitBreaker.new`, as given.
+#[derive(Default)]
+struct Given {
+    window: Option<Value>,
+    error_rate_threshold: Option<Value>,
+    slow_rate_threshold: Option<Value>,
+    min_calls: Option<Value>,
+    open_duration: Option<Value>,
+    half_open_calls: Option<Value>,
+    ramp: Option<Value>,
+    advance_rate: Option<Value>,
+    reopen_rate: Option<Value>,
+    record_errors: Option<Value>,
+    ignore_errors: Option<Value>,
+    failure_if: Option<Value>,
+    half_open_timeout: Option<Value>,
+    backoff: Option<Value>,
+    max_open_duration: Option<Value>,
+    jitter: Option<Value>,
+    name: Option<Value>,
+    clock: Option<Value>,
+    logger: Option<Value>,
+    threshold: Option<Value>,
+    retry_time: Option<Value>,
+    probe_ratio: Option<Value>,
+    half_open_window: Option<Value>,
+}
+
+impl Given {
+    fn parse(ruby: &Ruby, kw: RHash) -> Result<Self, Error> {
+        let mut g = Given::default();
+        kw.foreach(|key: Value, value: Value| {
+            let slot = Symbol::from_value(key).and_then(|s| s.name().ok()).and_then(|n| g.slot(&n));
+            match slot {
+                Some(slot) => *slot = Some(value),
+                None => return Err(arg_error(ruby, format!("unknown keyword: {}", key.inspect()))),
+            }
+            Ok(magnus::r_hash::ForEach::Continue)
+        })?;
+        Ok(g)
+    }
+
+    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
+        Some(match name {
+            "window" => &mut self.window,
+            "error_rate_threshold" => &mut self.error_rate_threshold,
+            "slow_rate_threshold" => &mut self.slow_rate_threshold,
+            "min_calls" => &mut self.min_calls,
+            "open_duration" => &mut self.open_duration,
+            "half_open_calls" => &mut self.half_open_calls,
+            "ramp" => &mut self.ramp,
+            "advance_rate" => &mut self.advance_rate,
+            "reopen_rate" => &mut self.reopen_rate,
+            "record_errors" => &mut self.record_errors,
+            "ignore_errors" => &mut self.ignore_errors,
+            "failure_if" => &mut self.failure_if,
+            "half_open_timeout" => &mut self.half_open_timeout,
+            "backoff" => &mut self.backoff,
+            "max_open_duration" => &mut self.max_open_duration,
+            "jitter" => &mut self.jitter,
+            "name" => &mut self.name,
+            "clock" => &mut self.clock,
+            "logger" => &mut self.logger,
+            "threshold" => &mut self.threshold,
+            "retry_time" => &mut self.retry_time,
+            "probe_ratio" => &mut self.probe_ratio,
+            "half_open_window" => &mut self.half_open_window,
+            _ => return None,
+        })
+    }
+}
+
+/// An option and its alias: the alias counts only when not nil, and not
+/// together with the option itself.
+fn aliased(
+    ruby: &Ruby,
+    own: Option<Value>,
+    own_name: &str,
+    alias: Option<Value>,
+    alias_name: &str,
+) -> Result<Option<Value>, Error> {
+    match (own, alias.filter(|v| !v.is_nil())) {
+        (Some(_), Some(_)) => Err(arg_error(ruby, format!("give {own_name}: or its alias {alias_name}:, not both"))),
+        (own, None) => Ok(own),
+        (None, alias) => Ok(alias),
+    }
+}
+
+/// `record_errors:` / `ignore_errors:`: an Array of Exception classes (or
+/// modules) and callables.
+fn matchers(ruby: &Ruby, name: &str, v: Option<Value>, default: Vec<Value>) -> Result<Vec<Opaque<Value>>, Error> {
+    const WHAT: &str = "an Array of Exception classes or Procs";
+    let Some(v) = v else { return Ok(default.into_iter().map(Opaque::from).collect()) };
+    let Some(ary) = RArray::from_value(v) else {
+        return Err(type_error(ruby, name, WHAT, v));
+    };
+    let exception = ruby.exception_exception();
+    ary.into_iter()
+        .map(|m| {
+            let ok = match RClass::from_value(m) {
+                Some(class) => class.is_inherited(exception),
+                None => m.is_kind_of(ruby.class_module()) || m.respond_to(*ID_CALL, false)?,
+            };
+            if ok {
+                Ok(Opaque::from(m))
+            } else {
+                Err(type_error(ruby, name, WHAT, m))
+            }
+        })
+        .collect()
+}
+
+fn callable(ruby: &Ruby, name: &str, v: Option<Value>) -> Result<Option<Opaque<Value>>, Error> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_nil() => Ok(None),
+        Some(v) if v.respond_to(*ID_CALL, false)? => Ok(Some(Opaque::from(v))),
+        Some(v) => Err(type_error(ruby, name, "nil or a Proc", v)),
+    }
+}
+
+/// Whether `ex` is a kind of `module` (a class or a module).
+fn kind_of(ex: Exception, module: Value) -> bool {
+    // SAFETY: both are live objects; rb_obj_is_kind_of raises only when
+    // `module` is not a Module, which `matchers` and TIMEOUT_ERRORS ensure.
+    unsafe { rb_sys::rb_obj_is_kind_of(ex.as_raw(), module.as_raw()) != rb_sys::Qfalse as rb_sys::VALUE }
+}
+
+/// Whether `ex` matches one of `matchers` (a class or module it is a kind
+/// of, or a callable returning truthy). A callable that raises makes the error.
+fn matches(ruby: &Ruby, ex: Exception, matchers: &[Opaque<Value>]) -> Result<bool, Error> {
+    for &m in matchers {
+        let m = ruby.get_inner(m);
+        let hit = if m.is_kind_of(ruby.class_module()) {
+            kind_of(ex, m)
+        } else {
+            m.funcall::<_, _, Value>(*ID_CALL, (ex,))?.to_bool()
+        };
+        if hit {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+impl Breaker {
+    fn new(ruby: &Ruby, args: &[Value]) -> Result<Obj<Self>, Error> {
+        let kw = scan_args::<(), (), (), (), RHash, ()>(args)?.keywords;
+        let g = Given::parse(ruby, kw)?;
+        let mut o = Options::default();
+        let float = |name, v: Option<Value>, into: &mut f64| -> Result<(), Error> {
+            if let Some(v) = v {
+                *into = args::float(ruby, name, v)?;
+            }
+            Ok(())
+        };
+        let opt_float = |name, v: Option<Value>, into: &mut Option<f64>| -> Result<(), Error> {
+            if let Some(v) = v {
+                *into = args::opt_float(ruby, name, v)?;
+            }
+            Ok(())
+        };
+        let error_rate = aliased(ruby, g.error_rate_threshold, "error_rate_threshold", g.threshold, "threshold")?;
+        float("error_rate_threshold", error_rate, &mut o.error_rate_threshold)?;
+        float("slow_rate_threshold", g.slow_rate_threshold, &mut o.slow_rate_threshold)?;
+        if let Some(v) = g.min_calls {
+            o.min_calls = args::integer(ruby, "min_calls", v)?;
+        }
+        let open = aliased(ruby, g.open_duration, "open_duration", g.retry_time, "retry_time")?;
+        float("open_duration", open, &mut o.open_duration)?;
+        if let Some(v) = g.half_open_calls {
+            o.half_open_calls = args::integer(ruby, "half_open_calls", v)?;
+        }
+        if let Some(v) = g.ramp {
+            o.ramp = args::floats(ruby, "ramp", v)?;
+        }
+        let ratio = g.probe_ratio.filter(|v| !v.is_nil());
+        let window = g.half_open_window.filter(|v| !v.is_nil());
+        match (ratio, window) {
+            (None, Some(_)) => return Err(arg_error(ruby, "half_open_window: needs probe_ratio:".to_owned())),
+            (Some(r), w) => {
+                if g.ramp.is_some() {
+                    return Err(arg_error(ruby, "give ramp: or its alias probe_ratio:, not both".to_owned()));
+                }
+                let r = args::float(ruby, "probe_ratio", r)?;
+                o.ramp = vec![r];
+                if let Some(w) = w {
+                    if g.half_open_calls.is_some() {
+                        return Err(arg_error(
+                            ruby,
+                            "give half_open_calls: or its alias half_open_window:, not both".to_owned(),
+                        ));
+                    }
+                    let w = args::integer(ruby, "half_open_window", w)?;
+                    o.half_open_calls = probe_quota(w, r).map_err(|e| config_error(ruby, e))?;
+                }
+            }
+            (None, None) => {}
+        }
+        float("advance_rate", g.advance_rate, &mut o.advance_rate)?;
+        opt_float("reopen_rate", g.reopen_rate, &mut o.reopen_rate)?;
+        opt_float("half_open_timeout", g.half_open_timeout, &mut o.half_open_timeout)?;
+        float("backoff", g.backoff, &mut o.backoff)?;
+        opt_float("max_open_duration", g.max_open_duration, &mut o.max_open_duration)?;
+        float("jitter", g.jitter, &mut o.jitter)?;
+        let cfg = Config::new(&o).map_err(|e| config_error(ruby, e))?;
+
+        let record_errors = matchers(ruby, "record_errors", g.record_errors, vec![ruby.exception_standard_error().as_value()])?;
+        let ignore_errors = matchers(ruby, "ignore_errors", g.ignore_errors, Vec::new())?;
+        let failure_if = callable(ruby, "failure_if", g.failure_if)?;
+        let name = match g.name {
+            None => None,
+            Some(v) if v.is_nil() => None,
+            Some(v) => match (RString::from_value(v), Symbol::from_value(v)) {
+                (Some(s), _) => Some(Opaque::from(RString::new_frozen(s))),
+                (None, Some(sym)) => Some(Opaque::from(RString::new_frozen(ruby.str_new(&sym.name()?)))),
+                _ => return Err(type_error(ruby, "name", "nil, a String or a Symbol", v)),
+            },
+        };
+        let clock = g.clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
+
+        let window_value = g.window.filter(|v| !v.is_nil());
+        let shared = match window_value {
+            Some(v) => shared_of(ruby, v)?.ok_or_else(|| arg_error(ruby, "window: is nil".to_owned()))?,
+            None => default_shared(),
+        };
+        let clock = clock.unwrap_or(ClockSource::Monotonic);
+        // A TimeWindow without a clock of its own follows its breaker's.
+        let _ = shared.clock.set(clock.clone());
+        {
+            let mut rec = shared.record.lock();
+            if rec.attached {
+                return Err(arg_error(ruby, "window: is already used by another breaker; give each breaker its own window".to_owned()));
+            }
+            rec.attached = true;
+            rec.breaker = CoreBreaker::new(seed(&shared));
+        }
+        let window = match window_value {
+            Some(v) => v,
+            None => crate::window::SlidingWindow::wrap_shared(ruby, shared.clone()).as_value(),
+        };
+        let obj = ruby.obj_wrap(Self {
+            shared,
+            cfg,
+            clock,
+            name,
+            window: Opaque::from(window),
+            record_errors,
+            ignore_errors,
+            failure_if,
+            notify_rejects: AtomicBool::new(false),
+        });
+        if let Some(logger) = g.logger.filter(|v| !v.is_nil()) {
+            obj.ivar_set("@logger", logger)?;
+        }
+        Ok(obj)
+    }
+
+    /// One core step under the lock, with the time read by the caller.
+    #[inline]
+    fn step<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut Window, &Config) -> T) -> T {
+        let mut rec = self.shared.record.lock();
+        let Record { window, breaker, .. } = &mut *rec;
+        f(breaker, window, &self.cfg)
+    }
+
+    /// Runs the Ruby listeners of `tr` (no lock held, no jump pending).
+    fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) {
+        for t in tr.iter() {
+            let Ok(metrics) = metrics_hash(ruby, &t.metrics) else { continue };
+            let args = (state_sym(ruby, t.from), state_sym(ruby, t.to), reason_sym(ruby, t.reason), metrics);
+            // `__transition` reports listener errors itself; nothing it
+            // raises may reach the caller of `call`.
+            let _ = rb_self.funcall::<_, _, Value>(*ID_TRANSITION, args);
+        }
+    }
+
+    fn open_error(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
+        let class: ExceptionClass = ruby.get_inner(&OPEN_ERROR);
+        // SAFETY: rb_obj_alloc on an Exception subclass returns a valid,
+        // uninitialised exception object; its ivars are set just below.
+        let ex = unsafe { Value::from_raw(rb_sys::rb_obj_alloc(class.as_raw())) };
+        let ex = Exception::from_value(ex).ok_or_else(|| arg_error(ruby, "OpenError is not an Exception".to_owned()))?;
+        let name = rb_self.name.map_or_else(|| ruby.qnil().as_value(), |n| ruby.get_inner(n).as_value());
+        let ivars = [
+            (&ID_BREAKER_NAME, name),
+            (&ID_STATE, state_sym(ruby, r.state).as_value()),
+            (&ID_RETRY_AFTER, secs_value(ruby, r.retry_after)),
+        ];
+        for (id, v) in ivars {
+            let id: OpaqueId = **id;
+            // SAFETY: `ex` is a live exception object, `id` an interned ivar name.
+            unsafe { rb_sys::rb_ivar_set(ex.as_raw(), magnus::value::IntoId::into_id_with(id, ruby).as_raw(), v.as_raw()) };
+        }
+        // A backtrace set beforehand spares Ruby capturing one at raise.
+        ex.funcall::<_, _, Value>(*ID_SET_BACKTRACE, (ruby.get_inner(&EMPTY_BACKTRACE),))?;
+        Ok(ex)
+    }
+
+    /// The error for a rejected call, after its listeners ran.
+    fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Error {
+        let ex = match Self::open_error(ruby, rb_self, r) {
+            Ok(ex) => ex,
+            Err(e) => return e,
+        };
+        if rb_self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby) {
+            let _ = rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,));
+        }
+        ex.into()
+    }
+
+    fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
+        if !ruby.block_given() {
+            return Err(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
+        }
+        let this = &*rb_self;
+        let start = this.clock.now();
+        let (decision, tr) = this.step(|b, w, c| b.acquire(w, c, start));
+        if !tr.is_empty() {
+            Self::notify(ruby, rb_self, &tr);
+        }
+        let permit = match decision {
+            Decision::Allowed(p) => p,
+            Decision::Rejected(r) => return Err(Self::rejected(ruby, rb_self, r)),
+        };
+
+        let result: Result<Value, Error> = ruby.yield_values(());
+
+        let end = this.clock.now();
+        let duration_ms = millis_from_nanos(end.saturating_sub(start).max(0));
+        let (outcome, raise_instead) = match &result {
+            Ok(value) => match this.failure_if {
+                None => (Outcome::Success { duration_ms }, None),
+                Some(f) => match ruby.get_inner(f).funcall::<_, _, Value>(*ID_CALL, (*value,)) {
+                    Ok(v) if v.to_bool() => (Outcome::Failure { duration_ms }, None),
+                    Ok(_) => (Outcome::Success { duration_ms }, None),
+                    Err(e) => (Outcome::Failure { duration_ms }, Some(e)),
+                },
+            },
+            Err(e) => match e.error_type() {
+                // Thread#kill: no outcome; a probe slot goes back.
+                ErrorType::Jump(Tag::Fatal) => (Outcome::Released, None),
+                // break, next, throw, return: the block finished early.
+                ErrorType::Jump(_) => (Outcome::Success { duration_ms }, None),
+                ErrorType::Exception(ex) => match this.classify(ruby, *ex) {
+                    Ok(true) => (Outcome::Failure { duration_ms }, None),
+                    Ok(false) => (Outcome::Released, None),
+                    Err(e) => (Outcome::Failure { duration_ms }, Some(e)),
+                },
+                ErrorType::Error(..) => (Outcome::Failure { duration_ms }, None),
+            },
+        };
+        let tr = this.step(|b, w, c| b.complete(w, c, permit, outcome, end));
+        if !tr.is_empty() {
+            if let Err(e) = &result {
+                if let ErrorType::Jump(tag) = e.error_type() {
+                    resume_jump_notifying(rb_self, *tag, tr);
+                }
+            }
+            Self::notify(ruby, rb_self, &tr);
+        }
+        match raise_instead {
+            Some(e) => Err(e),
+            None => result,
+        }
+    }
+
+    /// Whether a raised exception is recorded as a failure (true) or passes
+    /// through unrecorded (false).
+    fn classify(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
+        if !self.ignore_errors.is_empty() && matches(ruby, ex, &self.ignore_errors)? {
+            return Ok(false);
+        }
+        let timeouts = ruby.get_inner(&TIMEOUT_ERRORS);
+        if timeouts.into_iter().any(|t| kind_of(ex, t)) {
+            return Ok(true);
+        }
+        matches(ruby, ex, &self.record_errors)
+    }
+
+    /// `allow?`'s native half: a permit (Integer) or nil when rejected.
+    fn acquire(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Option<u64>, Error> {
+        let now = rb_self.clock.now();
+        let (decision, tr) = rb_self.step(|b, w, c| b.acquire(w, c, now));
+        Self::notify(ruby, rb_self, &tr);
+        match decision {
+            Decision::Allowed(p) => Ok(Some(p.to_bits())),
+            Decision::Rejected(r) => {
+                let ex = Self::open_error(ruby, rb_self, r)?;
+                if rb_self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby) {
+                    let _ = rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// `record_*`'s native half: settles `permit` (or records without one).
+    fn settle(ruby: &Ruby, rb_self: Obj<Self>, permit: Option<u64>, success: Value, duration: Value) -> Result<(), Error> {
+        let duration_ms = args::duration_ms(ruby, duration)?;
+        let outcome = if success.to_bool() { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
+        let now = rb_self.clock.now();
+        let tr = rb_self.step(|b, w, c| match permit {
+            Some(bits) => b.complete(w, c, Permit::from_bits(bits), outcome, now),
+            None => b.record_unpermitted(w, c, outcome, now),
+        });
+        Self::notify(ruby, rb_self, &tr);
+        Ok(())
+    }
+
+    fn control(ruby: &Ruby, rb_self: Obj<Self>, op: fn(&mut CoreBreaker, &mut Window, &Config, i64) -> Transitions) -> Obj<Self> {
+        let now = rb_self.clock.now();
+        let tr = rb_self.step(|b, w, c| op(b, w, c, now));
+        Self::notify(ruby, rb_self, &tr);
+        rb_self
+    }
+
+    fn trip(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.trip(w, c, now))
+    }
+
+    fn reset(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.reset(w, c, now))
+    }
+
+    fn force_open(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.force_open(w, c, now))
+    }
+
+    fn disable(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.disable(w, c, now))
+    }
+
+    fn snapshot(ruby: &Ruby, rb_self: Obj<Self>) -> Metrics {
+        let now = rb_self.clock.now();
+        let (m, tr) = rb_self.step(|b, w, c| b.metrics(w, c, now));
+        Self::notify(ruby, rb_self, &tr);
+        m
+    }
+
+    fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Symbol {
+        state_sym(ruby, Self::snapshot(ruby, rb_self).state)
+    }
+
+    fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
+        metrics_hash(ruby, &Self::snapshot(ruby, rb_self))
+    }
+
+    fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Value {
+        secs_value(ruby, Self::snapshot(ruby, rb_self).retry_after)
+    }
+
+    fn name(ruby: &Ruby, rb_self: &Self) -> Option<RString> {
+        rb_self.name.map(|n| ruby.get_inner(n))
+    }
+
+    fn window(ruby: &Ruby, rb_self: &Self) -> Value {
+        ruby.get_inner(rb_self.window)
+    }
+
+    fn set_notify_rejects(&self, on: bool) {
+        self.notify_rejects.store(on, Ordering::Relaxed);
+    }
+}
+
+fn active_support_loaded(ruby: &Ruby) -> bool {
+    static ID_AS: LazyId = LazyId::new("ActiveSupport");
+    // SAFETY: rb_const_defined only reads the constant table.
+    let id: OpaqueId = *ID_AS;
+    unsafe { rb_sys::rb_const_defined(ruby.class_object().as_raw(), magnus::value::IntoId::into_id_with(id, ruby).as_raw()) != 0 }
+}
+
+fn seed(shared: &Arc<Shared>) -> u64 {
+    let addr = Arc::as_ptr(shared) as u64;
+    addr ^ (ClockSource::Monotonic.now() as u64).rotate_left(17)
+}
+
+/// Resumes the pending jump `tag` with the listeners of `tr` running in an
+/// ensure function, the way a Ruby `ensure` clause runs during a jump.
+/// Never returns: only plain data may be alive in the callers' frames.
+fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! {
+    struct Pending {
+        breaker: Obj<Breaker>,
+        tr: Transitions,
+    }
+    unsafe extern "C" fn body(tag: rb_sys::VALUE) -> rb_sys::VALUE {
+        // SAFETY: the jump that rb_protect caught is still pending in the
+        // VM; resuming it here lets rb_ensure run `notify` on the way out.
+        unsafe { rb_sys::rb_jump_tag(tag as i32) }
+    }
+    unsafe extern "C" fn notify(data: rb_sys::VALUE) -> rb_sys::VALUE {
+        // SAFETY: `data` points at the `Pending` on the stack of
+        // `resume_jump_notifying`, which rb_ensure has not yet unwound.
+        let pending = unsafe { &*(data as *const Pending) };
+        if let Ok(ruby) = Ruby::get() {
+            Breaker::notify(&ruby, pending.breaker, &pending.tr);
+        }
+        rb_sys::Qnil as rb_sys::VALUE
+    }
+    let pending = Pending { breaker: rb_self, tr };
+    // SAFETY: both functions follow rb_ensure's contract; `pending` is
+    // plain data (no destructor is skipped when the jump leaves this frame).
+    unsafe {
+        rb_sys::rb_ensure(
+            Some(body),
+            tag as i32 as rb_sys::VALUE,
+            Some(notify),
+            &pending as *const Pending as rb_sys::VALUE,
+        );
+    }
+    unreachable!("rb_ensure resumes the jump")
+}
+
+pub fn init(class: RClass) -> Result<(), Error> {
+    class.undef_default_alloc_func();
+    class.define_singleton_method("new", function!(Breaker::new, -1))?;
+    class.define_method("call", method!(Breaker::call, 0))?;
+    class.define_method("state", method!(Breaker::state, 0))?;
+    class.define_method("metrics", method!(Breaker::metrics, 0))?;
+    class.define_method("retry_after", method!(Breaker::retry_after, 0))?;
+    class.define_method("trip!", method!(Breaker::trip, 0))?;
+    class.define_method("reset!", method!(Breaker::reset, 0))?;
+    class.define_method("force_open!", method!(Breaker::force_open, 0))?;
+    class.define_method("disable!", method!(Breaker::disable, 0))?;
+    class.define_method("name", method!(Breaker::name, 0))?;
+    class.define_method("window", method!(Breaker::window, 0))?;
+    class.define_private_method("__acquire", method!(Breaker::acquire, 0))?;
+    class.define_private_method("__settle", method!(Breaker::settle, 3))?;
+    class.define_private_method("__notify_rejects=", method!(Breaker::set_notify_rejects, 1))?;
+    Ok(())
+}
