@@ -45,7 +45,9 @@ File.write("Makefile", <<~MAKE)
 
   install: $(DLLIB)
   \tmkdir -p $(sitearchdir)$(target_prefix)
-  \tcp $(DLLIB) $(sitearchdir)$(target_prefix)/$(DLLIB)
+  \t# Renamed into place: a running process may have the old library mapped.
+  \tcp $(DLLIB) $(sitearchdir)$(target_prefix)/$(DLLIB).tmp
+  \tmv -f $(sitearchdir)$(target_prefix)/$(DLLIB).tmp $(sitearchdir)$(target_prefix)/$(DLLIB)
   #{cleanup}
   clean:
   \trm -f $(DLLIB)
