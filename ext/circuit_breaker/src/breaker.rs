@@ -13,8 +13,8 @@ use std::sync::Arc;
 use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
 use circuit_breaker_core::config::probe_quota;
 use circuit_breaker_core::{
-    Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, Reason, Rejection, State, Transitions,
-    Window,
+    Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, Reason, Rejection, State,
+    Transitions,
 };
 use magnus::{
     error::{ErrorType, Tag},
@@ -33,7 +33,6 @@ use magnus::symbol::IntoSymbol;
 use crate::args;
 use crate::clock::ClockSource;
 use crate::errors::{arg_error, config_error, type_error, OPEN_ERROR};
-use crate::record::Record;
 use crate::window::{default_shared, shared_of, Shared};
 
 #[derive(TypedData)]
@@ -367,18 +366,13 @@ impl Breaker {
         let window_value = g.window.filter(|v| !v.is_nil());
         let shared = match window_value {
             Some(v) => shared_of(ruby, v)?.ok_or_else(|| arg_error(ruby, "window: is nil".to_owned()))?,
-            None => default_shared(),
+            None => default_shared(ruby)?,
         };
         let clock = clock.unwrap_or(ClockSource::Monotonic);
         // A TimeWindow without a clock of its own follows its breaker's.
         let _ = shared.clock.set(clock.clone());
-        {
-            let mut rec = shared.record.lock();
-            if rec.attached {
-                return Err(arg_error(ruby, "window: is already used by another breaker; give each breaker its own window".to_owned()));
-            }
-            rec.attached = true;
-            rec.breaker = CoreBreaker::new(seed(&shared));
+        if !shared.attach() {
+            return Err(arg_error(ruby, "window: is already used by another breaker; give each breaker its own window".to_owned()));
         }
         let window = match window_value {
             Some(v) => v,
@@ -403,10 +397,8 @@ impl Breaker {
 
     /// One core step under the lock, with the time read by the caller.
     #[inline]
-    fn step<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut Window, &Config) -> T) -> T {
-        let mut rec = self.shared.record.lock();
-        let Record { window, breaker, .. } = &mut *rec;
-        f(breaker, window, &self.cfg)
+    fn step<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T) -> T {
+        self.shared.with(|r| f(&mut r.breaker, &mut r.window, &self.cfg))
     }
 
     /// Runs the Ruby listeners of `tr` (no lock held, no jump pending).
@@ -553,7 +545,7 @@ impl Breaker {
         Ok(())
     }
 
-    fn control(ruby: &Ruby, rb_self: Obj<Self>, op: fn(&mut CoreBreaker, &mut Window, &Config, i64) -> Transitions) -> Obj<Self> {
+    fn control(ruby: &Ruby, rb_self: Obj<Self>, op: fn(&mut CoreBreaker, &mut PlacedWindow, &Config, i64) -> Transitions) -> Obj<Self> {
         let now = rb_self.clock.now();
         let tr = rb_self.step(|b, w, c| op(b, w, c, now));
         Self::notify(ruby, rb_self, &tr);
@@ -613,11 +605,6 @@ fn active_support_loaded(ruby: &Ruby) -> bool {
     // SAFETY: rb_const_defined only reads the constant table.
     let id: OpaqueId = *ID_AS;
     unsafe { rb_sys::rb_const_defined(ruby.class_object().as_raw(), magnus::value::IntoId::into_id_with(id, ruby).as_raw()) != 0 }
-}
-
-fn seed(shared: &Arc<Shared>) -> u64 {
-    let addr = Arc::as_ptr(shared) as u64;
-    addr ^ (ClockSource::Monotonic.now() as u64).rotate_left(17)
 }
 
 /// Resumes the pending jump `tag` with the listeners of `tr` running in an

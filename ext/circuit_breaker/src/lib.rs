@@ -5,7 +5,6 @@ mod args;
 mod breaker;
 mod clock;
 mod errors;
-mod record;
 mod window;
 
 use magnus::{Error, Ruby};

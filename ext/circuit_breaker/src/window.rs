@@ -6,7 +6,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use circuit_breaker_core::{clock::secs_from_nanos, CountWindow, Counts, Nanos, TimeWindow as CoreTimeWindow, Window};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use circuit_breaker_core::{clock::secs_from_nanos, Counts, HeapRecord, Nanos, Record, Window, WindowSpec};
 use magnus::{
     function, method, prelude::*, scan_args::{get_kwargs, scan_args}, typed_data::Obj, Error, RClass, RHash, Ruby,
     TryConvert, Value,
@@ -16,23 +18,37 @@ use parking_lot::Mutex;
 use crate::args;
 use crate::clock::ClockSource;
 use crate::errors::config_error;
-use crate::record::Record;
 
-/// What window objects and their breaker share.
+/// What window objects and their breaker share: the record (window and
+/// breaker state) behind one lock.
 pub struct Shared {
-    pub record: Mutex<Record>,
+    record: Mutex<HeapRecord>,
+    /// Whether a breaker uses this window already.
+    attached: AtomicBool,
     /// The clock a TimeWindow reads: its own `clock:`, else its breaker's,
     /// else (unset) the monotonic clock.
     pub clock: OnceLock<ClockSource>,
 }
 
 impl Shared {
-    fn new(window: Window, clock: Option<ClockSource>) -> Arc<Self> {
-        let shared = Self { record: Mutex::new(Record::new(window)), clock: OnceLock::new() };
+    fn new(ruby: &Ruby, spec: &WindowSpec, clock: Option<ClockSource>) -> Result<Arc<Self>, Error> {
+        let record = HeapRecord::new(spec, seed()).map_err(|e| config_error(ruby, e))?;
+        let shared = Self { record: Mutex::new(record), attached: AtomicBool::new(false), clock: OnceLock::new() };
         if let Some(c) = clock {
             let _ = shared.clock.set(c);
         }
-        Arc::new(shared)
+        Ok(Arc::new(shared))
+    }
+
+    /// Runs `f` on the record under the lock. `f` must not call Ruby.
+    #[inline]
+    pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> T {
+        f(self.record.lock().get())
+    }
+
+    /// Claims the window for a breaker; false when one has it already.
+    pub fn attach(&self) -> bool {
+        !self.attached.swap(true, Ordering::AcqRel)
     }
 
     pub fn now(&self) -> Nanos {
@@ -41,8 +57,16 @@ impl Shared {
 
     fn counts(&self) -> Counts {
         let now = self.now();
-        self.record.lock().window.counts(now)
+        self.with(|r| r.window.counts(now))
     }
+}
+
+/// A seed for the jitter of open durations: differs per record and per run.
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_i64(ClockSource::Monotonic.now());
+    h.finish()
 }
 
 /// Behaviour common to both window classes.
@@ -92,9 +116,8 @@ pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Option<Arc<Shared>>, Error> {
 }
 
 /// The record of a default `SlidingWindow.new` for a breaker given none.
-pub fn default_shared() -> Arc<Shared> {
-    let window = CountWindow::new(DEFAULT_SIZE, DEFAULT_SLOW_MS).expect("the defaults are valid");
-    Shared::new(Window::Count(window), None)
+pub fn default_shared(ruby: &Ruby) -> Result<Arc<Shared>, Error> {
+    Shared::new(ruby, &WindowSpec::Count { size: DEFAULT_SIZE, slow_threshold_ms: DEFAULT_SLOW_MS }, None)
 }
 
 const DEFAULT_SIZE: i64 = 100;
@@ -110,8 +133,8 @@ impl SlidingWindow {
         let (size, slow) = kw.optional;
         let size = size.map_or(Ok(DEFAULT_SIZE), |v| args::integer(ruby, "size", v))?;
         let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
-        let window = CountWindow::new(size, slow).map_err(|e| config_error(ruby, e))?;
-        Ok(Self { size: window.size(), slow_threshold_ms: slow, shared: Shared::new(Window::Count(window), None) })
+        let shared = Shared::new(ruby, &WindowSpec::Count { size, slow_threshold_ms: slow }, None)?;
+        Ok(Self { size: size as u32, slow_threshold_ms: slow, shared })
     }
 
     /// The Ruby object of a default window record (see [`default_shared`]).
@@ -148,13 +171,13 @@ impl TimeWindow {
         let buckets = buckets.map_or(Ok(10), |v| args::integer(ruby, "buckets", v))?;
         let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
         let clock = clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
-        let window = CoreTimeWindow::new(seconds, buckets, slow).map_err(|e| config_error(ruby, e))?;
-        Ok(Self {
-            seconds: secs_from_nanos(window.span()),
-            buckets: window.bucket_count(),
-            slow_threshold_ms: slow,
-            shared: Shared::new(Window::Time(window), clock),
-        })
+        let spec = WindowSpec::Time { seconds, buckets, slow_threshold_ms: slow };
+        let shared = Shared::new(ruby, &spec, clock)?;
+        let span = shared.with(|r| match &r.window {
+            Window::Time(w) => w.span(),
+            Window::Count(_) => 0,
+        });
+        Ok(Self { seconds: secs_from_nanos(span), buckets: buckets as u32, slow_threshold_ms: slow, shared })
     }
 
     fn seconds(&self) -> f64 {
@@ -184,7 +207,7 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
     let duration_ms = args::duration_ms(ruby, duration)?;
     let shared = rb_self.shared();
     let now = shared.now();
-    shared.record.lock().window.record(duration_ms, success.to_bool(), now);
+    shared.with(|r| r.window.record(duration_ms, success.to_bool(), now));
     Ok(rb_self)
 }
 
@@ -209,7 +232,7 @@ fn slow_call_rate<T: WindowObject>(rb_self: &T) -> f64 {
 }
 
 fn reset<T: WindowObject>(rb_self: Obj<T>) -> Obj<T> {
-    rb_self.shared().record.lock().window.reset();
+    rb_self.shared().with(|r| r.window.reset());
     rb_self
 }
 

@@ -10,10 +10,12 @@
 pub mod clock;
 pub mod config;
 pub mod ramp;
+pub mod record;
 pub mod state;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos};
 pub use config::{Config, ConfigError, Options};
 pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
-pub use window::{Bucket, Buckets, CountWindow, Counts, Slots, TimeWindow, Window};
+pub use record::{HeapRecord, Layout, Record, WindowSpec};
+pub use window::{Bucket, Buckets, CountWindow, Counts, PlacedWindow, RelSlice, Slots, TimeWindow, Window};

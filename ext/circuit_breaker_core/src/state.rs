@@ -432,7 +432,7 @@ impl Breaker {
     /// multiplies the last one by `backoff`, up to `max_open_duration`.
     /// Jitter shortens all but manual openings.
     fn next_open_duration(&mut self, from: State, reason: Reason, cfg: &Config) -> Nanos {
-        let base = if from == State::HalfOpen && self.open_base > 0 {
+        let base = if from == State::HalfOpen && reason != Reason::Manual && self.open_base > 0 {
             let grown = (self.open_base as f64 * cfg.backoff) as Nanos;
             cfg.max_open_duration.map_or(grown, |max| grown.min(max))
         } else {

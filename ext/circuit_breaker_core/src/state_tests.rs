@@ -1,1 +1,1298 @@
-// Tests of state.rs
+//! Tests of the state machine: SPEC.md §3.1 (states, ramp, timers,
+//! generations) and §3.5 (manual control, metrics). Time is always an
+//! explicit `now` in nanoseconds; nothing sleeps.
+
+use super::*;
+use super::Reason::*;
+use super::State::*;
+use crate::config::Options;
+use crate::window::{CountWindow, TimeWindow};
+use proptest::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering::SeqCst};
+use std::sync::Mutex;
+
+const MS: Nanos = 1_000_000;
+const SEC: Nanos = 1_000_000_000;
+
+const OK: Outcome = Outcome::Success { duration_ms: 1.0 };
+const FAIL: Outcome = Outcome::Failure { duration_ms: 1.0 };
+/// A success exactly at the windows' slow threshold (800 ms): a slow call.
+const SLOW_OK: Outcome = Outcome::Success { duration_ms: 800.0 };
+
+fn config(f: impl FnOnce(&mut Options)) -> Config {
+    let mut o = Options::default();
+    f(&mut o);
+    Config::new(&o).expect("valid options")
+}
+
+fn count_window(size: i64) -> Window {
+    Window::Count(CountWindow::new(size, 800.0).unwrap())
+}
+
+fn changes(t: &Transitions) -> Vec<(State, State, Reason)> {
+    t.iter().map(|t| (t.from, t.to, t.reason)).collect()
+}
+
+/// The single transition of a step.
+fn only(t: &Transitions) -> Transition {
+    let all: Vec<Transition> = t.iter().copied().collect();
+    assert_eq!(all.len(), 1, "expected one transition, got {all:?}");
+    all[0]
+}
+
+/// Whether call `n` of a stage (from 0) is on the beat of a share of
+/// `tenths`/10: a whole number lies in ((n-1)·share, n·share].
+fn on_beat(n: u64, tenths: u64) -> bool {
+    n == 0 || (n * tenths) / 10 != ((n - 1) * tenths) / 10
+}
+
+/// A breaker, its window and its configuration.
+struct Rig {
+    b: Breaker,
+    w: Window,
+    cfg: Config,
+}
+
+impl Rig {
+    /// Defaults of SPEC §3 with overrides, over a count window of `size`.
+    fn new(size: i64, f: impl FnOnce(&mut Options)) -> Self {
+        Self::with_window(count_window(size), f)
+    }
+
+    fn with_window(w: Window, f: impl FnOnce(&mut Options)) -> Self {
+        Self { b: Breaker::new(42), w, cfg: config(f) }
+    }
+
+    fn acquire(&mut self, now: Nanos) -> (Decision, Transitions) {
+        self.b.acquire(&mut self.w, &self.cfg, now)
+    }
+
+    fn permit(&mut self, now: Nanos) -> Permit {
+        match self.acquire(now).0 {
+            Decision::Allowed(p) => p,
+            Decision::Rejected(r) => panic!("rejected at {now}: {r:?}"),
+        }
+    }
+
+    fn rejection(&mut self, now: Nanos) -> Rejection {
+        match self.acquire(now).0 {
+            Decision::Allowed(p) => panic!("admitted at {now}: {p:?}"),
+            Decision::Rejected(r) => r,
+        }
+    }
+
+    fn admitted(&mut self, now: Nanos) -> bool {
+        matches!(self.acquire(now).0, Decision::Allowed(_))
+    }
+
+    fn complete(&mut self, p: Permit, o: Outcome, now: Nanos) -> Transitions {
+        self.b.complete(&mut self.w, &self.cfg, p, o, now)
+    }
+
+    /// One permitted call that ends at once.
+    fn call(&mut self, o: Outcome, now: Nanos) -> Transitions {
+        let p = self.permit(now);
+        self.complete(p, o, now)
+    }
+
+    fn unpermitted(&mut self, o: Outcome, now: Nanos) -> Transitions {
+        self.b.record_unpermitted(&mut self.w, &self.cfg, o, now)
+    }
+
+    fn tick(&mut self, now: Nanos) -> Transitions {
+        self.b.tick(&mut self.w, &self.cfg, now)
+    }
+
+    fn metrics(&mut self, now: Nanos) -> Metrics {
+        self.b.metrics(&mut self.w, &self.cfg, now).0
+    }
+
+    fn state(&mut self, now: Nanos) -> State {
+        self.metrics(now).state
+    }
+
+    fn counts(&mut self, now: Nanos) -> Counts {
+        self.metrics(now).counts
+    }
+
+    fn trip(&mut self, now: Nanos) -> Transitions {
+        self.b.trip(&mut self.w, &self.cfg, now)
+    }
+
+    fn reset(&mut self, now: Nanos) -> Transitions {
+        self.b.reset(&mut self.w, &self.cfg, now)
+    }
+
+    fn force_open(&mut self, now: Nanos) -> Transitions {
+        self.b.force_open(&mut self.w, &self.cfg, now)
+    }
+
+    fn disable(&mut self, now: Nanos) -> Transitions {
+        self.b.disable(&mut self.w, &self.cfg, now)
+    }
+
+    /// Fails calls at `now` until the breaker opens on the error rate.
+    fn open_by_errors(&mut self, now: Nanos) -> Transition {
+        for _ in 0..=self.cfg.min_calls {
+            let t = self.call(FAIL, now);
+            if !t.is_empty() {
+                assert_eq!(changes(&t), [(Closed, Open, ErrorRate)]);
+                return only(&t);
+            }
+        }
+        panic!("min_calls failures did not open the breaker");
+    }
+
+    /// Opens on errors at `now`, then notices half-open when the open
+    /// duration has passed (no jitter); returns that instant.
+    fn half_open(&mut self, now: Nanos) -> Nanos {
+        self.open_by_errors(now);
+        let at = now + self.cfg.open_duration;
+        assert_eq!(changes(&self.tick(at)), [(Open, HalfOpen, CoolDownElapsed)]);
+        at
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1. The narrated scenario
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_breaker_opens_probes_reopens_longer_then_recovers_step_by_step() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 4;
+        o.open_duration = 10.0;
+        o.backoff = 2.0;
+        o.ramp = vec![0.5, 1.0];
+    });
+    let t0 = SEC;
+
+    // Closed: no verdict below min_calls, whatever the rates.
+    assert!(r.call(OK, t0).is_empty());
+    assert!(r.call(FAIL, t0 + MS).is_empty());
+    assert!(r.call(OK, t0 + 2 * MS).is_empty());
+    assert_eq!(r.counts(t0 + 2 * MS), Counts { total: 3, failures: 1, slow_calls: 0 });
+
+    // The fourth call makes 2 failures in 4: 50 % reaches the threshold.
+    let opened = t0 + 3 * MS;
+    let t = r.call(FAIL, opened);
+    assert_eq!(changes(&t), [(Closed, Open, ErrorRate)]);
+    let open_metrics =
+        Metrics { state: Open, counts: Counts::default(), rejected: 0, stage: None, admit_share: 0.0, retry_after: Some(10 * SEC) };
+    assert_eq!(only(&t).metrics, open_metrics);
+
+    // Open: every call is rejected with the real remaining time.
+    assert_eq!(r.rejection(opened + 4 * SEC), Rejection { state: Open, retry_after: Some(6 * SEC) });
+
+    // After open_duration the next call notices half-open and is the first
+    // probe of stage 0 (share 0.5: one call in two).
+    let half = opened + 10 * SEC;
+    let (d, t) = r.acquire(half);
+    assert_eq!(changes(&t), [(Open, HalfOpen, CoolDownElapsed)]);
+    let m = only(&t).metrics;
+    assert_eq!((m.state, m.stage, m.admit_share, m.retry_after, m.rejected), (HalfOpen, Some(0), 0.5, Some(0), 1));
+    let Decision::Allowed(p1) = d else { panic!("first call of a stage rejected: {d:?}") };
+    assert!(p1.probe);
+    assert_eq!(r.rejection(half), Rejection { state: HalfOpen, retry_after: Some(0) });
+    let p2 = r.permit(half);
+    // Both probes of the stage are out: even the call on the beat waits.
+    assert!(!r.admitted(half));
+    assert!(!r.admitted(half));
+    assert_eq!(r.b.probes_in_flight(), 2);
+    assert_eq!(r.metrics(half).rejected, 4);
+
+    // One failed probe can no longer reach advance_rate 1.0: open at once,
+    // for twice as long (backoff 2).
+    let reopened = half + SEC;
+    let t = r.complete(p1, FAIL, reopened);
+    assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)]);
+    assert_eq!(only(&t).metrics, Metrics { rejected: 4, retry_after: Some(20 * SEC), ..open_metrics });
+
+    // The other probe belongs to the previous generation: it decides nothing.
+    assert!(r.complete(p2, OK, reopened + SEC).is_empty());
+    let m = r.metrics(reopened + SEC);
+    assert_eq!((m.state, m.counts.total, m.retry_after), (Open, 0, Some(19 * SEC)));
+    assert_eq!(r.state(reopened + 20 * SEC - 1), Open);
+
+    // Half-open again. Stage 0 passes: stage 1 begins, with no state change.
+    let half2 = reopened + 20 * SEC;
+    let (d, t) = r.acquire(half2);
+    assert_eq!(changes(&t), [(Open, HalfOpen, CoolDownElapsed)]);
+    let Decision::Allowed(p) = d else { panic!("first call of a stage rejected: {d:?}") };
+    assert!(!r.admitted(half2));
+    let q = r.permit(half2);
+    assert!(r.complete(p, OK, half2 + MS).is_empty());
+    assert!(r.complete(q, OK, half2 + 2 * MS).is_empty());
+    let m = r.metrics(half2 + 2 * MS);
+    assert_eq!((m.state, m.stage, m.admit_share), (HalfOpen, Some(1), 1.0));
+
+    // Stage 1 (share 1.0) admits consecutive calls; both pass: closed.
+    let p = r.permit(half2 + 3 * MS);
+    let q = r.permit(half2 + 3 * MS);
+    assert!(r.complete(p, OK, half2 + 4 * MS).is_empty());
+    let t = r.complete(q, OK, half2 + 5 * MS);
+    assert_eq!(changes(&t), [(HalfOpen, Closed, ProbesPassed)]);
+    assert_eq!(
+        only(&t).metrics,
+        Metrics { state: Closed, counts: Counts::default(), rejected: 5, stage: None, admit_share: 1.0, retry_after: Some(0) }
+    );
+
+    // Closing reset the backoff: the next opening lasts open_duration again.
+    let t = r.open_by_errors(half2 + SEC);
+    assert_eq!(t.metrics.retry_after, Some(10 * SEC));
+}
+
+// ---------------------------------------------------------------------------
+// 2. Trip thresholds
+// ---------------------------------------------------------------------------
+
+#[test]
+fn exactly_the_error_rate_threshold_opens() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 10;
+        o.error_rate_threshold = 0.3;
+    });
+    for i in 0..3 {
+        assert!(r.call(FAIL, i).is_empty());
+    }
+    for i in 3..9 {
+        assert!(r.call(OK, i).is_empty());
+    }
+    // 3 / 10 == 0.3: `>=`, not `>`.
+    assert_eq!(changes(&r.call(OK, 9)), [(Closed, Open, ErrorRate)]);
+}
+
+#[test]
+fn an_error_rate_just_below_the_threshold_does_not_open() {
+    let mut r = Rig::new(10, |o| o.min_calls = 10);
+    for i in 0..6 {
+        assert!(r.call(OK, i).is_empty());
+    }
+    for i in 6..10 {
+        assert!(r.call(FAIL, i).is_empty());
+    }
+    assert_eq!(r.state(10), Closed);
+    // The eleventh call evicts the oldest success: 5 failures in 10.
+    assert_eq!(changes(&r.call(FAIL, 10)), [(Closed, Open, ErrorRate)]);
+}
+
+#[test]
+fn the_slow_call_rate_opens_with_its_own_reason() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 4;
+        o.slow_rate_threshold = 0.5;
+    });
+    assert!(r.call(OK, 0).is_empty());
+    assert!(r.call(SLOW_OK, 1).is_empty());
+    // 799.9 ms is just below the slow threshold.
+    assert!(r.call(Outcome::Success { duration_ms: 799.9 }, 2).is_empty());
+    assert_eq!(changes(&r.call(SLOW_OK, 3)), [(Closed, Open, SlowCallRate)]);
+}
+
+#[test]
+fn the_error_rate_is_checked_first_when_both_rates_are_reached() {
+    let mut r = Rig::new(10, |o| o.min_calls = 2);
+    let slow_failure = Outcome::Failure { duration_ms: 900.0 };
+    assert!(r.call(slow_failure, 0).is_empty());
+    assert_eq!(changes(&r.call(slow_failure, 1)), [(Closed, Open, ErrorRate)]);
+}
+
+#[test]
+fn fewer_than_min_calls_never_open() {
+    let mut r = Rig::new(100, |o| o.min_calls = 5);
+    // Slow failures: both rates at 100 %, yet no verdict below min_calls.
+    let slow_failure = Outcome::Failure { duration_ms: 900.0 };
+    for i in 0..4 {
+        assert!(r.call(slow_failure, i).is_empty());
+    }
+    assert_eq!(r.counts(4), Counts { total: 4, failures: 4, slow_calls: 4 });
+    assert_eq!(changes(&r.call(slow_failure, 4)), [(Closed, Open, ErrorRate)]);
+}
+
+#[test]
+fn min_calls_is_clamped_to_a_count_windows_size() {
+    let mut r = Rig::new(5, |o| o.min_calls = 20);
+    for i in 0..4 {
+        assert!(r.call(FAIL, i).is_empty());
+    }
+    assert_eq!(changes(&r.call(FAIL, 4)), [(Closed, Open, ErrorRate)]);
+}
+
+#[test]
+fn min_calls_is_not_clamped_for_a_time_window() {
+    let w = Window::Time(TimeWindow::new(10.0, 10, 800.0).unwrap());
+    let mut r = Rig::with_window(w, |o| o.min_calls = 20);
+    for i in 0..19 {
+        assert!(r.call(FAIL, i * MS).is_empty());
+    }
+    assert_eq!(changes(&r.call(FAIL, 19 * MS)), [(Closed, Open, ErrorRate)]);
+}
+
+// ---------------------------------------------------------------------------
+// 3. The half-open ramp
+// ---------------------------------------------------------------------------
+
+/// ramp [0.1, 0.3, 0.6, 1.0], 20 probes per stage, advance at 90 %, reopen
+/// below 50 %: the gradual-recovery article. One failure opens.
+fn gradual() -> Rig {
+    Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.ramp = vec![0.1, 0.3, 0.6, 1.0];
+        o.half_open_calls = 20;
+        o.advance_rate = 0.9;
+        o.reopen_rate = Some(0.5);
+    })
+}
+
+/// Asks calls at `now` until the stage's 20 probes are issued, checking that
+/// exactly the calls on the beat of `tenths`/10 are admitted; then checks
+/// that the spent quota rejects every further call.
+fn issue_stage(r: &mut Rig, now: Nanos, tenths: u64) -> Vec<Permit> {
+    let mut permits = Vec::new();
+    let mut n = 0;
+    while permits.len() < 20 {
+        let admitted = match r.acquire(now).0 {
+            Decision::Allowed(p) => {
+                assert!(p.probe);
+                permits.push(p);
+                true
+            }
+            Decision::Rejected(rej) => {
+                assert_eq!(rej, Rejection { state: HalfOpen, retry_after: Some(0) });
+                false
+            }
+        };
+        assert_eq!(admitted, on_beat(n, tenths), "call {n} at share {tenths}/10");
+        n += 1;
+    }
+    assert_eq!(r.b.probes_in_flight(), 20);
+    for _ in 0..30 {
+        assert!(!r.admitted(now), "more than 20 probes issued in one stage");
+    }
+    permits
+}
+
+#[test]
+fn each_ramp_stage_admits_its_share_within_its_quota_and_advances_after_all_probes() {
+    let mut r = gradual();
+    let mut now = r.half_open(0);
+    for (stage, tenths) in [(0u32, 1u64), (1, 3), (2, 6), (3, 10)] {
+        let m = r.metrics(now);
+        assert_eq!((m.state, m.stage, m.admit_share), (HalfOpen, Some(stage), tenths as f64 / 10.0));
+        let permits = issue_stage(&mut r, now, tenths);
+        // Two failures first: 18 of 20 is exactly advance_rate, but only
+        // once the last probe has finished.
+        for (i, p) in permits.into_iter().enumerate() {
+            now += MS;
+            let t = r.complete(p, if i < 2 { FAIL } else { OK }, now);
+            if i < 19 {
+                assert!(t.is_empty(), "stage {stage}, probe {i}: {:?}", changes(&t));
+                assert_eq!(r.metrics(now).stage, Some(stage));
+            } else if stage < 3 {
+                assert!(t.is_empty(), "advancing a stage is no state change");
+                assert_eq!(r.metrics(now).stage, Some(stage + 1));
+            } else {
+                assert_eq!(changes(&t), [(HalfOpen, Closed, ProbesPassed)]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stage_between_the_two_rates_starts_over() {
+    let mut r = gradual();
+    let now = r.half_open(0);
+    let before = r.b.generation();
+    let permits = issue_stage(&mut r, now, 1);
+    // 17 of 20 = 85 %: below advance_rate, not below reopen_rate.
+    for (i, p) in permits.into_iter().enumerate() {
+        assert!(r.complete(p, if i < 3 { FAIL } else { OK }, now).is_empty());
+    }
+    let m = r.metrics(now);
+    assert_eq!((m.state, m.stage), (HalfOpen, Some(0)));
+    assert_ne!(r.b.generation(), before);
+    assert_eq!(r.b.probes_in_flight(), 0);
+    // A fresh quota, spaced from the first call again.
+    let permits = issue_stage(&mut r, now, 1);
+    for p in permits {
+        r.complete(p, OK, now);
+    }
+    assert_eq!(r.metrics(now).stage, Some(1));
+}
+
+#[test]
+fn a_stage_reopens_as_soon_as_reopen_rate_is_out_of_reach() {
+    let mut r = gradual();
+    let now = r.half_open(0);
+    for p in issue_stage(&mut r, now, 1) {
+        r.complete(p, OK, now);
+    }
+    assert_eq!(r.metrics(now).stage, Some(1));
+    let mut permits = issue_stage(&mut r, now, 3).into_iter();
+    // After 10 failures the best case is 10 / 20 = reopen_rate: not yet.
+    for p in permits.by_ref().take(10) {
+        assert!(r.complete(p, FAIL, now).is_empty());
+    }
+    // The 11th leaves at most 9 / 20: reopen while 9 probes still run.
+    let t = r.complete(permits.next().unwrap(), FAIL, now);
+    assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)]);
+    for p in permits {
+        assert!(r.complete(p, OK, now).is_empty());
+    }
+    assert_eq!(r.state(now), Open);
+}
+
+#[test]
+fn a_share_of_a_fifth_admits_exactly_one_call_in_five() {
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.ramp = vec![0.2];
+        o.half_open_calls = 10;
+    });
+    let now = r.half_open(0);
+    let mut permits = Vec::new();
+    for n in 0..50 {
+        match r.acquire(now).0 {
+            Decision::Allowed(p) => permits.push((n, p)),
+            Decision::Rejected(_) => assert_ne!(n % 5, 0, "call {n} is on the beat"),
+        }
+    }
+    assert_eq!(permits.iter().map(|(n, _)| *n).collect::<Vec<_>>(), (0..50).step_by(5).collect::<Vec<_>>());
+    // Ten probes issued: call 50, on the beat, is over the quota.
+    for _ in 50..=60 {
+        assert!(!r.admitted(now));
+    }
+    let last = permits.pop().unwrap().1;
+    for (_, p) in permits {
+        assert!(r.complete(p, OK, now).is_empty());
+    }
+    assert_eq!(changes(&r.complete(last, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn with_the_defaults_two_successful_probes_close() {
+    let mut r = Rig::new(100, |o| o.min_calls = 1);
+    let now = r.half_open(0);
+    let p1 = r.permit(now);
+    let p2 = r.permit(now);
+    assert!(!r.admitted(now));
+    assert!(r.complete(p1, OK, now).is_empty());
+    assert_eq!(changes(&r.complete(p2, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn with_the_defaults_one_failed_probe_reopens_at_once() {
+    let mut r = Rig::new(100, |o| o.min_calls = 1);
+    let now = r.half_open(0);
+    let p1 = r.permit(now);
+    let p2 = r.permit(now);
+    assert_eq!(changes(&r.complete(p2, FAIL, now)), [(HalfOpen, Open, ProbeFailed)]);
+    assert!(r.complete(p1, OK, now).is_empty());
+    assert_eq!(r.state(now), Open);
+}
+
+// ---------------------------------------------------------------------------
+// 4. Slow probes
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_slow_probe_counts_as_a_failed_probe() {
+    let mut r = Rig::new(100, |o| o.min_calls = 1);
+    let now = r.half_open(0);
+    let p1 = r.permit(now);
+    let _p2 = r.permit(now);
+    assert_eq!(changes(&r.complete(p1, SLOW_OK, now)), [(HalfOpen, Open, ProbeFailed)]);
+
+    // Just under the threshold is a passed probe.
+    let now = now + r.metrics(now).retry_after.unwrap();
+    let p1 = r.permit(now);
+    let p2 = r.permit(now);
+    assert!(r.complete(p1, Outcome::Success { duration_ms: 799.9 }, now).is_empty());
+    assert_eq!(changes(&r.complete(p2, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn slow_probes_lower_the_success_share_of_a_stage() {
+    let mut r = gradual();
+    let now = r.half_open(0);
+    // 3 slow successes: 17 of 20 passed, so the stage starts over.
+    for (i, p) in issue_stage(&mut r, now, 1).into_iter().enumerate() {
+        r.complete(p, if i < 3 { SLOW_OK } else { OK }, now);
+    }
+    assert_eq!(r.metrics(now).stage, Some(0));
+}
+
+// ---------------------------------------------------------------------------
+// 5. Generations
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_closed_permit_completed_after_the_breaker_opened_does_not_count() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 2;
+        o.open_duration = 10.0;
+    });
+    let late1 = r.permit(0);
+    let late2 = r.permit(0);
+    r.open_by_errors(MS);
+    // Neither recorded nor deciding anything, in open or in half-open.
+    assert!(r.complete(late1, FAIL, SEC).is_empty());
+    assert_eq!(r.counts(SEC).total, 0);
+    let half = MS + 10 * SEC;
+    r.tick(half);
+    let probe = r.permit(half);
+    assert!(r.complete(late2, FAIL, half).is_empty());
+    assert_eq!((r.state(half), r.counts(half).total, r.b.probes_in_flight()), (HalfOpen, 0, 1));
+    r.complete(probe, OK, half);
+    assert_eq!(changes(&r.call(OK, half)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn a_probe_of_a_previous_stage_neither_counts_nor_frees_a_slot() {
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.ramp = vec![0.5, 1.0];
+    });
+    let now = r.half_open(0);
+    let p1 = r.permit(now);
+    assert!(!r.admitted(now));
+    let p2 = r.permit(now);
+    r.complete(p1, OK, now);
+    r.complete(p2, OK, now);
+    assert_eq!(r.metrics(now).stage, Some(1));
+    let q1 = r.permit(now);
+    let q2 = r.permit(now);
+    // A stage ends only once all its probes finished, so a stage-0 permit
+    // reaching stage 1 is a late duplicate; it must still be dropped.
+    assert!(r.complete(p1, Outcome::Released, now).is_empty());
+    assert!(!r.admitted(now), "a stale release freed a slot");
+    assert!(r.complete(p2, FAIL, now).is_empty());
+    assert!(r.complete(p1, OK, now).is_empty());
+    assert_eq!((r.state(now), r.b.probes_in_flight()), (HalfOpen, 2));
+    // Only the stage's own probes decide.
+    assert!(r.complete(q1, OK, now).is_empty());
+    assert_eq!(changes(&r.complete(q2, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn a_hung_probe_of_an_earlier_half_open_period_does_not_block_a_new_one() {
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+    });
+    let now = r.half_open(0);
+    let failed = r.permit(now);
+    let hung = r.permit(now);
+    r.complete(failed, FAIL, now);
+    let now = now + 10 * SEC;
+    assert_eq!(changes(&r.tick(now)), [(Open, HalfOpen, CoolDownElapsed)]);
+    // Two fresh slots although `hung` never finished.
+    assert_eq!(r.b.probes_in_flight(), 0);
+    let q1 = r.permit(now);
+    let q2 = r.permit(now);
+    assert!(r.complete(hung, FAIL, now).is_empty());
+    assert!(r.complete(hung, Outcome::Released, now).is_empty());
+    assert!(!r.admitted(now));
+    r.complete(q1, OK, now);
+    assert_eq!(changes(&r.complete(q2, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn a_permit_from_before_a_manual_change_is_dropped() {
+    let mut r = Rig::new(10, |o| o.min_calls = 1);
+    let closed = r.permit(0);
+    r.disable(0);
+    assert!(r.complete(closed, FAIL, 0).is_empty());
+    assert_eq!(r.counts(0).total, 0);
+    let disabled = r.permit(0);
+    r.reset(0);
+    // It would open the breaker (min_calls 1) if it counted.
+    assert!(r.complete(disabled, FAIL, 0).is_empty());
+    assert_eq!((r.state(0), r.counts(0).total), (Closed, 0));
+}
+
+// ---------------------------------------------------------------------------
+// 6. Released probes
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_released_probe_gives_its_slot_back_and_the_stage_still_completes() {
+    let mut r = Rig::new(100, |o| o.min_calls = 1);
+    let now = r.half_open(0);
+    let p1 = r.permit(now);
+    let p2 = r.permit(now);
+    assert!(!r.admitted(now));
+    assert!(r.complete(p2, Outcome::Released, now).is_empty());
+    assert_eq!(r.b.probes_in_flight(), 1);
+    assert_eq!(r.counts(now).total, 0, "a released probe records nothing");
+    let p3 = r.permit(now);
+    assert!(!r.admitted(now));
+    assert!(r.complete(p1, OK, now).is_empty());
+    assert_eq!(changes(&r.complete(p3, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn a_released_call_in_closed_state_records_nothing() {
+    let mut r = Rig::new(10, |o| o.min_calls = 1);
+    assert!(r.call(Outcome::Released, 0).is_empty());
+    assert!(r.unpermitted(Outcome::Released, 0).is_empty());
+    assert_eq!((r.state(0), r.counts(0).total), (Closed, 0));
+}
+
+// ---------------------------------------------------------------------------
+// 7. Timers
+// ---------------------------------------------------------------------------
+
+#[test]
+fn open_turns_half_open_exactly_when_the_open_duration_has_passed() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+    });
+    r.open_by_errors(5 * SEC);
+    assert!(r.tick(15 * SEC - 1).is_empty());
+    assert_eq!(r.rejection(15 * SEC - 1), Rejection { state: Open, retry_after: Some(1) });
+    let (d, t) = r.acquire(15 * SEC);
+    assert_eq!(changes(&t), [(Open, HalfOpen, CoolDownElapsed)]);
+    assert!(matches!(d, Decision::Allowed(Permit { probe: true, .. })));
+}
+
+#[test]
+fn half_open_is_noticed_lazily_by_any_entry_point() {
+    let mut r = Rig::new(10, |o| o.min_calls = 1);
+    r.open_by_errors(0);
+    assert_eq!(r.b.state(), Open);
+    let late = 1_000 * SEC;
+    assert_eq!(changes(&r.unpermitted(FAIL, late)), [(Open, HalfOpen, CoolDownElapsed)]);
+    let mut r = Rig::new(10, |o| o.min_calls = 1);
+    r.open_by_errors(0);
+    let (m, t) = r.b.metrics(&mut r.w, &r.cfg, late);
+    assert_eq!(changes(&t), [(Open, HalfOpen, CoolDownElapsed)]);
+    assert_eq!(m.state, HalfOpen);
+}
+
+#[test]
+fn retry_after_while_open_is_the_real_remaining_time() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+    });
+    r.open_by_errors(5 * SEC);
+    assert_eq!(r.rejection(5 * SEC).retry_after, Some(10 * SEC));
+    assert_eq!(r.rejection(7 * SEC + SEC / 2).retry_after, Some(7 * SEC + SEC / 2));
+    assert_eq!(r.metrics(14 * SEC).retry_after, Some(SEC));
+}
+
+#[test]
+fn half_open_timeout_reopens_counting_from_when_half_open_was_noticed() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.half_open_timeout = Some(5.0);
+    });
+    r.open_by_errors(0);
+    // Noticed 2 s late: the stage begins at 12 s and times out at 17 s.
+    let hung = r.permit(12 * SEC);
+    assert_eq!(r.state(17 * SEC - 1), HalfOpen);
+    let (d, t) = r.acquire(17 * SEC);
+    assert_eq!(changes(&t), [(HalfOpen, Open, HalfOpenTimeout)]);
+    assert_eq!(d, Decision::Rejected(Rejection { state: Open, retry_after: Some(10 * SEC) }));
+    assert!(r.complete(hung, OK, 17 * SEC).is_empty());
+    assert_eq!(r.state(17 * SEC), Open);
+}
+
+#[test]
+fn each_ramp_stage_has_its_own_half_open_timeout() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.half_open_timeout = Some(5.0);
+        o.ramp = vec![0.5, 1.0];
+    });
+    let half = r.half_open(0);
+    let p = r.permit(half);
+    assert!(!r.admitted(half));
+    let q = r.permit(half);
+    r.complete(p, OK, half + 4 * SEC);
+    r.complete(q, OK, half + 4 * SEC);
+    // Stage 1 began at half + 4 s: past the first stage's deadline, not its own.
+    assert_eq!(r.metrics(half + 5 * SEC).stage, Some(1));
+    assert_eq!(r.state(half + 9 * SEC - 1), HalfOpen);
+    assert_eq!(changes(&r.tick(half + 9 * SEC)), [(HalfOpen, Open, HalfOpenTimeout)]);
+}
+
+#[test]
+fn backoff_multiplies_each_reopen_from_half_open_up_to_the_cap() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.backoff = 2.0;
+        o.max_open_duration = Some(35.0);
+    });
+    let mut now = 0;
+    assert_eq!(r.open_by_errors(now).metrics.retry_after, Some(10 * SEC));
+    let mut open_for = 10 * SEC;
+    for expected in [20, 35, 35] {
+        now += open_for;
+        let p = r.permit(now);
+        let t = r.complete(p, FAIL, now);
+        assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)]);
+        open_for = only(&t).metrics.retry_after.unwrap();
+        assert_eq!(open_for, expected * SEC);
+    }
+    // Closing resets the backoff.
+    now += open_for;
+    r.call(OK, now);
+    assert_eq!(changes(&r.call(OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+    assert_eq!(r.open_by_errors(now).metrics.retry_after, Some(10 * SEC));
+}
+
+#[test]
+fn a_half_open_timeout_reopen_is_backed_off_too() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.backoff = 3.0;
+        o.half_open_timeout = Some(1.0);
+    });
+    let half = r.half_open(0);
+    let t = r.tick(half + SEC);
+    assert_eq!(changes(&t), [(HalfOpen, Open, HalfOpenTimeout)]);
+    assert_eq!(only(&t).metrics.retry_after, Some(30 * SEC));
+}
+
+#[test]
+fn trip_opens_for_the_open_duration_without_backoff_or_jitter() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.backoff = 2.0;
+        o.jitter = 0.5;
+    });
+    assert_eq!(only(&r.trip(0)).metrics.retry_after, Some(10 * SEC));
+    // Reopen from half-open (backed off), then trip while open.
+    let now = 10 * SEC;
+    let p = r.permit(now);
+    r.complete(p, FAIL, now);
+    assert!(r.metrics(now).retry_after.unwrap() > 10 * SEC);
+    assert!(r.trip(now + SEC).is_empty(), "open → open is no state change");
+    assert_eq!(r.metrics(now + SEC).retry_after, Some(10 * SEC));
+}
+
+#[test]
+fn trip_from_half_open_opens_for_the_open_duration_without_backoff() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.backoff = 2.0;
+    });
+    let half = r.half_open(0);
+    let t = r.trip(half);
+    assert_eq!(changes(&t), [(HalfOpen, Open, Manual)]);
+    assert_eq!(only(&t).metrics.retry_after, Some(10 * SEC));
+}
+
+#[test]
+fn jitter_shortens_open_durations_within_its_share() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.backoff = 2.0;
+        o.jitter = 0.25;
+    });
+    let mut seen = HashSet::new();
+    let mut now = 0;
+    for _ in 0..100 {
+        let first = r.open_by_errors(now).metrics.retry_after.unwrap();
+        assert!((7 * SEC + SEC / 2..=10 * SEC).contains(&first), "{first}");
+        seen.insert(first);
+        // A reopen backs off the unjittered 10 s, then jitters 20 s.
+        now += first;
+        let p = r.permit(now);
+        let t = r.complete(p, FAIL, now);
+        let second = only(&t).metrics.retry_after.unwrap();
+        assert!((15 * SEC..=20 * SEC).contains(&second), "{second}");
+        r.reset(now);
+    }
+    assert!(seen.len() > 10, "jitter spreads the durations: {seen:?}");
+}
+
+// ---------------------------------------------------------------------------
+// 8. Manual control
+// ---------------------------------------------------------------------------
+
+const STATES: [State; 5] = [Closed, Open, HalfOpen, ForcedOpen, Disabled];
+
+/// A breaker in `state` (window of 10, min_calls 2, open 10 s) and the
+/// instant it is so. Closed holds one success; forced open and disabled hold
+/// one failure; half-open holds one finished probe of two.
+fn in_state(state: State) -> (Rig, Nanos) {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 2;
+        o.open_duration = 10.0;
+    });
+    let now = match state {
+        Closed => {
+            r.call(OK, 0);
+            0
+        }
+        Open => {
+            r.open_by_errors(0);
+            0
+        }
+        HalfOpen => {
+            let now = r.half_open(0);
+            r.call(OK, now);
+            now
+        }
+        ForcedOpen => {
+            r.call(FAIL, 0);
+            r.force_open(0);
+            0
+        }
+        Disabled => {
+            r.call(FAIL, 0);
+            r.disable(0);
+            0
+        }
+    };
+    assert_eq!(r.state(now), state);
+    (r, now)
+}
+
+fn expected_change(from: State, to: State) -> Vec<(State, State, Reason)> {
+    if from == to {
+        vec![]
+    } else {
+        vec![(from, to, Manual)]
+    }
+}
+
+#[test]
+fn trip_opens_from_every_state_and_empties_the_window() {
+    for s in STATES {
+        let (mut r, now) = in_state(s);
+        let now = now + SEC;
+        assert_eq!(changes(&r.trip(now)), expected_change(s, Open), "from {s:?}");
+        let m = r.metrics(now);
+        assert_eq!((m.state, m.counts, m.retry_after), (Open, Counts::default(), Some(10 * SEC)), "from {s:?}");
+        assert_eq!(r.state(now + 10 * SEC), HalfOpen, "from {s:?}");
+    }
+}
+
+#[test]
+fn reset_closes_from_every_state_and_empties_the_window() {
+    for s in STATES {
+        let (mut r, now) = in_state(s);
+        assert_eq!(changes(&r.reset(now)), expected_change(s, Closed), "from {s:?}");
+        assert_eq!((r.state(now), r.counts(now)), (Closed, Counts::default()), "from {s:?}");
+        assert!(!r.permit(now).probe);
+    }
+}
+
+#[test]
+fn force_open_rejects_until_reset_with_no_retry_after() {
+    for s in STATES {
+        let (mut r, now) = in_state(s);
+        assert_eq!(changes(&r.force_open(now)), expected_change(s, ForcedOpen), "from {s:?}");
+        // No timer ends it.
+        let later = now + 1_000_000 * SEC;
+        assert_eq!(r.rejection(later), Rejection { state: ForcedOpen, retry_after: None });
+        let m = r.metrics(later);
+        assert_eq!((m.state, m.stage, m.admit_share, m.retry_after), (ForcedOpen, None, 0.0, None));
+        assert_eq!(changes(&r.reset(later)), [(ForcedOpen, Closed, Manual)]);
+        assert!(r.admitted(later));
+    }
+}
+
+#[test]
+fn disable_admits_everything_records_and_never_trips() {
+    for s in STATES {
+        let (mut r, now) = in_state(s);
+        let before = r.counts(now);
+        assert_eq!(changes(&r.disable(now)), expected_change(s, Disabled), "from {s:?}");
+        // Only reset and entering closed or open empty the window.
+        assert_eq!(r.counts(now), before, "from {s:?}");
+        for i in 0..30 {
+            let p = r.permit(now + i);
+            assert!(!p.probe);
+            assert!(r.complete(p, FAIL, now + i).is_empty());
+            assert!(r.unpermitted(SLOW_OK, now + i).is_empty());
+        }
+        let m = r.metrics(now + 30);
+        assert_eq!((m.state, m.stage, m.admit_share, m.retry_after), (Disabled, None, 1.0, Some(0)));
+        assert_eq!(m.counts, Counts { total: 10, failures: 5, slow_calls: 5 });
+        assert_eq!(changes(&r.reset(now + 30)), [(Disabled, Closed, Manual)]);
+        assert_eq!(r.counts(now + 30), Counts::default());
+    }
+}
+
+#[test]
+fn entering_forced_open_keeps_the_window() {
+    let (mut r, now) = in_state(Closed);
+    r.force_open(now);
+    assert_eq!(r.counts(now), Counts { total: 1, failures: 0, slow_calls: 0 });
+}
+
+#[test]
+fn record_unpermitted_counts_in_closed_and_disabled_and_is_ignored_otherwise() {
+    let (mut r, now) = in_state(Closed);
+    assert_eq!(changes(&r.unpermitted(FAIL, now)), [(Closed, Open, ErrorRate)]);
+
+    let (mut r, now) = in_state(Disabled);
+    for _ in 0..5 {
+        assert!(r.unpermitted(FAIL, now).is_empty());
+    }
+    assert_eq!((r.state(now), r.counts(now).failures), (Disabled, 6));
+
+    for s in [Open, HalfOpen, ForcedOpen] {
+        let (mut r, now) = in_state(s);
+        let before = r.metrics(now);
+        for _ in 0..5 {
+            assert!(r.unpermitted(FAIL, now).is_empty(), "in {s:?}");
+        }
+        assert_eq!(r.metrics(now), before, "in {s:?}");
+    }
+    // In half-open it neither counts as a probe nor frees one.
+    let (mut r, now) = in_state(HalfOpen);
+    assert_eq!(r.b.probes_in_flight(), 0);
+    let p = r.permit(now);
+    r.unpermitted(OK, now);
+    assert_eq!((r.state(now), r.b.probes_in_flight()), (HalfOpen, 1));
+    assert_eq!(changes(&r.complete(p, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+// ---------------------------------------------------------------------------
+// 9. Metrics
+// ---------------------------------------------------------------------------
+
+#[test]
+fn metrics_describe_each_state() {
+    let expected = [
+        (Closed, None, 1.0, Some(0)),
+        (Open, None, 0.0, Some(6 * SEC)),
+        (HalfOpen, Some(0), 1.0, Some(0)),
+        (ForcedOpen, None, 0.0, None),
+        (Disabled, None, 1.0, Some(0)),
+    ];
+    for (s, stage, admit_share, retry_after) in expected {
+        let (mut r, now) = in_state(s);
+        // Open was entered at 0 for 10 s: 6 s remain at 4 s.
+        let now = if s == Open { 4 * SEC } else { now };
+        let m = r.metrics(now);
+        assert_eq!((m.state, m.stage, m.admit_share, m.retry_after), (s, stage, admit_share, retry_after));
+    }
+    // In half-open: the current stage and its share.
+    let mut r = gradual();
+    let now = r.half_open(0);
+    for p in issue_stage(&mut r, now, 1) {
+        r.complete(p, OK, now);
+    }
+    let m = r.metrics(now);
+    assert_eq!((m.stage, m.admit_share, m.retry_after), (Some(1), 0.3, Some(0)));
+}
+
+#[test]
+fn every_rejection_is_counted() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.ramp = vec![0.5];
+        o.half_open_calls = 1;
+    });
+    r.open_by_errors(0);
+    for i in 0..3 {
+        r.rejection(i * SEC);
+    }
+    assert_eq!(r.metrics(3 * SEC).rejected, 3);
+    let half = 10 * SEC;
+    let t = r.acquire(half).1;
+    assert_eq!(only(&t).metrics.rejected, 3);
+    // Off the beat, then on the beat over the quota.
+    r.rejection(half);
+    r.rejection(half);
+    assert_eq!(r.metrics(half).rejected, 5);
+    r.force_open(half);
+    r.rejection(half);
+    r.rejection(half);
+    // Admitted calls are no rejections.
+    r.reset(half);
+    r.call(OK, half);
+    assert_eq!(r.metrics(half).rejected, 7);
+}
+
+// ---------------------------------------------------------------------------
+// 10. The trip rule against a naive model
+// ---------------------------------------------------------------------------
+
+/// Rates on a grid (so `==` the threshold happens often) or anywhere.
+fn rate() -> impl Strategy<Value = f64> {
+    prop_oneof![(1u32..=20).prop_map(|k| f64::from(k) / 20.0), 0.01f64..=1.0]
+}
+
+fn duration_ms() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(0.0), 0.0f64..800.0, Just(800.0), 800.0f64..2000.0]
+}
+
+proptest! {
+    /// The breaker opens exactly when the last `size` calls reach
+    /// `min(min_calls, size)` and a rate reaches its threshold.
+    #[test]
+    fn closed_breaker_opens_exactly_when_a_naive_model_says_so(
+        size in 1i64..25,
+        min_calls in 1i64..40,
+        error_rate_threshold in rate(),
+        slow_rate_threshold in rate(),
+        calls in prop::collection::vec((any::<bool>(), duration_ms(), any::<bool>()), 0..150),
+    ) {
+        let mut r = Rig::new(size, |o| {
+            o.min_calls = min_calls;
+            o.error_rate_threshold = error_rate_threshold;
+            o.slow_rate_threshold = slow_rate_threshold;
+        });
+        let verdict_at = min_calls.min(size) as usize;
+        let mut model: Vec<(bool, f64)> = Vec::new();
+        for (i, &(success, duration_ms, permitted)) in calls.iter().enumerate() {
+            let now = i as Nanos * MS;
+            let outcome = if success { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
+            let t = if permitted {
+                let p = r.permit(now);
+                r.complete(p, outcome, now)
+            } else {
+                r.unpermitted(outcome, now)
+            };
+            model.push((success, duration_ms));
+            let last = &model[model.len().saturating_sub(size as usize)..];
+            let total = last.len() as f64;
+            let error_rate = last.iter().filter(|c| !c.0).count() as f64 / total;
+            let slow_rate = last.iter().filter(|c| c.1 >= 800.0).count() as f64 / total;
+            let expected = if last.len() < verdict_at {
+                vec![]
+            } else if error_rate >= error_rate_threshold {
+                vec![(Closed, Open, ErrorRate)]
+            } else if slow_rate >= slow_rate_threshold {
+                vec![(Closed, Open, SlowCallRate)]
+            } else {
+                vec![]
+            };
+            prop_assert_eq!(changes(&t), expected.clone(), "call {}", i);
+            if !expected.is_empty() {
+                r.reset(now);
+                model.clear();
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 11. Many threads
+// ---------------------------------------------------------------------------
+
+#[test]
+fn many_threads_never_exceed_the_probe_quota() {
+    const THREADS: usize = 8;
+    const PERIODS: u32 = 25;
+    let cfg = config(|o| {
+        o.min_calls = 1;
+        o.open_duration = 1.0;
+        o.ramp = vec![0.25, 0.5, 1.0];
+        o.half_open_calls = 3;
+    });
+    let quota = cfg.half_open_calls;
+    let mut b = Breaker::new(3);
+    let mut w = count_window(100);
+    b.trip(&mut w, &cfg, 0);
+    assert_eq!(changes(&b.tick(&mut w, &cfg, SEC)), [(Open, HalfOpen, CoolDownElapsed)]);
+    let shared = Mutex::new((b, w));
+    // Time and the count of half-open periods move only under the lock.
+    let clock = AtomicI64::new(SEC);
+    let periods = AtomicU32::new(1);
+    let issued: Mutex<HashMap<u64, u32>> = Mutex::new(HashMap::new());
+    let running = AtomicU32::new(0);
+    let most_running = AtomicU32::new(0);
+
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                // A cap instead of a hang if probes were ever lost.
+                for _ in 0..10_000_000 {
+                    let permit = {
+                        let mut guard = shared.lock().unwrap();
+                        let (b, w) = &mut *guard;
+                        let mut now = clock.load(SeqCst);
+                        if b.state() == Closed {
+                            if periods.load(SeqCst) == PERIODS {
+                                return;
+                            }
+                            periods.fetch_add(1, SeqCst);
+                            b.trip(w, &cfg, now);
+                            now += SEC;
+                            clock.store(now, SeqCst);
+                            assert_eq!(changes(&b.tick(w, &cfg, now)), [(Open, HalfOpen, CoolDownElapsed)]);
+                        }
+                        match b.acquire(w, &cfg, now).0 {
+                            Decision::Allowed(p) => {
+                                assert!(p.probe);
+                                assert!(b.probes_in_flight() <= quota);
+                                let mut issued = issued.lock().unwrap();
+                                let n = issued.entry(p.generation).or_default();
+                                *n += 1;
+                                assert!(*n <= quota, "{n} probes issued in generation {}", p.generation);
+                                Some(p)
+                            }
+                            Decision::Rejected(_) => None,
+                        }
+                    };
+                    let Some(permit) = permit else {
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    // Held without the lock, as `call` runs its block.
+                    let n = running.fetch_add(1, SeqCst) + 1;
+                    most_running.fetch_max(n, SeqCst);
+                    for _ in 0..20 {
+                        std::thread::yield_now();
+                    }
+                    running.fetch_sub(1, SeqCst);
+                    let mut guard = shared.lock().unwrap();
+                    let (b, w) = &mut *guard;
+                    b.complete(w, &cfg, permit, OK, clock.load(SeqCst));
+                }
+            });
+        }
+    });
+
+    assert!(most_running.load(SeqCst) <= quota, "{} probes ran at once", most_running.load(SeqCst));
+    assert_eq!(periods.load(SeqCst), PERIODS);
+    assert_eq!(shared.lock().unwrap().0.state(), Closed);
+    // Every stage (3) of every period issued exactly its quota.
+    let issued = issued.into_inner().unwrap();
+    assert_eq!(issued.len(), 3 * PERIODS as usize);
+    assert!(issued.values().all(|&n| n == quota), "{issued:?}");
+}
+
+// ---------------------------------------------------------------------------
+// 12. Extreme values
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_huge_open_duration_saturates_instead_of_overflowing() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 1e300;
+    });
+    assert_eq!(r.cfg.open_duration, i64::MAX);
+    assert_eq!(r.open_by_errors(0).metrics.retry_after, Some(i64::MAX));
+    assert_eq!(r.state(i64::MAX - 1), Open);
+    assert_eq!(r.state(i64::MAX), HalfOpen);
+    // Opened at the start of time, a trip still reports the whole duration.
+    assert_eq!(only(&r.trip(i64::MIN)).metrics.retry_after, Some(i64::MAX));
+}
+
+#[test]
+fn many_reopens_with_a_huge_backoff_saturate() {
+    for backoff in [2.0, 1e300] {
+        let mut r = Rig::new(10, |o| {
+            o.min_calls = 1;
+            o.open_duration = 1e-3;
+            o.backoff = backoff;
+        });
+        r.open_by_errors(0);
+        let mut now: Nanos = 0;
+        let mut last = 0;
+        for _ in 0..1_000 {
+            now = now.saturating_add(r.metrics(now).retry_after.unwrap());
+            let p = r.permit(now);
+            let t = r.complete(p, FAIL, now);
+            assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)]);
+            let open_for = r.b.open_for;
+            assert!(open_for >= last, "open durations never shrink: {open_for} < {last}");
+            last = open_for;
+        }
+        assert_eq!(last, i64::MAX);
+    }
+}
+
+#[test]
+fn extreme_times_and_durations_never_panic() {
+    let nows = [i64::MIN, i64::MIN + 1, -SEC, -1, 0, 1, SEC, i64::MAX - 1, i64::MAX];
+    let outcomes = [
+        OK,
+        FAIL,
+        SLOW_OK,
+        Outcome::Released,
+        Outcome::Failure { duration_ms: f64::MAX },
+        Outcome::Success { duration_ms: f64::INFINITY },
+        Outcome::Success { duration_ms: f64::NAN },
+    ];
+    let configs = [
+        config(|o| o.min_calls = 1),
+        config(|o| {
+            o.min_calls = 1;
+            o.open_duration = 1e300;
+            o.half_open_timeout = Some(1e300);
+            o.backoff = 1e300;
+            o.jitter = 0.999;
+        }),
+        config(|o| {
+            o.min_calls = 1;
+            o.open_duration = 1e-9;
+            o.backoff = 1e300;
+            o.max_open_duration = Some(1e300);
+            o.half_open_timeout = Some(1e-9);
+            o.ramp = vec![1e-9, 0.5, 1.0];
+            o.half_open_calls = 1_000_000;
+            o.reopen_rate = Some(0.0);
+        }),
+    ];
+    for cfg in configs {
+        let mut r = Rig { b: Breaker::new(u64::MAX), w: count_window(3), cfg };
+        let mut step = 0;
+        for &a in &nows {
+            for &b in &nows {
+                for o in outcomes {
+                    if let Decision::Allowed(p) = r.acquire(a).0 {
+                        r.complete(p, o, b);
+                    }
+                    r.unpermitted(o, b);
+                    let m = r.metrics(b);
+                    assert!(m.retry_after.map_or(true, |t| t >= 0), "{m:?}");
+                    assert!((0.0..=1.0).contains(&m.admit_share), "{m:?}");
+                }
+                step += 1;
+                match step % 6 {
+                    0 => r.trip(a),
+                    1 => r.tick(b),
+                    2 => r.disable(a),
+                    3 => r.reset(b),
+                    4 => r.force_open(a),
+                    _ => r.reset(a),
+                };
+            }
+        }
+    }
+}
+
+#[test]
+fn a_wrapping_generation_still_drops_stale_permits() {
+    let mut r = Rig::new(10, |o| o.min_calls = 1);
+    r.b.generation = u64::MAX;
+    let stale = r.permit(0);
+    r.disable(0);
+    assert_eq!(r.b.generation(), 0);
+    assert!(r.complete(stale, FAIL, 0).is_empty());
+    assert_eq!(r.counts(0).total, 0);
+}
+
+#[test]
+fn a_permit_survives_its_bit_encoding() {
+    for p in [
+        Permit { generation: 0, probe: false },
+        Permit { generation: 7, probe: true },
+        Permit { generation: u64::MAX >> 1, probe: true },
+    ] {
+        assert_eq!(Permit::from_bits(p.to_bits()), p);
+    }
+}

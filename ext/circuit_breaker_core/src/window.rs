@@ -64,7 +64,7 @@ fn check_slow_threshold(ms: f64) -> Result<f64, ConfigError> {
 }
 
 /// The last `size` recorded calls, in a ring of one byte each.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct CountWindow<S = Box<[u8]>> {
     slots: S,
     slow_threshold_ms: f64,
@@ -145,7 +145,7 @@ pub struct Bucket {
 
 /// Calls that finished in the last `span`, in `buckets` buckets of
 /// `span / buckets` each; a bucket expires whole.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TimeWindow<B = Box<[Bucket]>> {
     buckets: B,
     span: Nanos,
@@ -255,8 +255,95 @@ impl<B: Buckets> TimeWindow<B> {
     }
 }
 
+/// A slice stored as an offset from the `RelSlice` itself, so that a window
+/// holding it is position-independent plain data: the same bytes work in
+/// every process that maps them, wherever the mapping lands.
+///
+/// Valid only while it stays where [`Window::anchor`] put it, inside the
+/// block of memory it points into; it is neither `Clone` nor `Copy`, and
+/// the block that holds it must never be moved.
+#[derive(Debug)]
+pub struct RelSlice<T> {
+    offset: isize,
+    len: usize,
+    _items: std::marker::PhantomData<T>,
+}
+
+impl<T> RelSlice<T> {
+    /// Points at `items` by absolute address, until anchored.
+    fn absolute(items: &mut [T]) -> Self {
+        Self { offset: items.as_mut_ptr() as isize, len: items.len(), _items: std::marker::PhantomData }
+    }
+
+    /// Turns the absolute address into an offset from where `self` now is.
+    fn anchor(&mut self) {
+        self.offset -= self as *mut Self as isize;
+    }
+
+    fn ptr(&self) -> *mut T {
+        (self as *const Self as *const u8).wrapping_offset(self.offset) as *mut T
+    }
+}
+
+impl<T> AsRef<[T]> for RelSlice<T> {
+    fn as_ref(&self) -> &[T] {
+        // SAFETY: anchored, the offset leads to `len` initialised items
+        // inside the same block of memory as `self` (see the type's doc).
+        unsafe { std::slice::from_raw_parts(self.ptr(), self.len) }
+    }
+}
+
+impl<T> AsMut<[T]> for RelSlice<T> {
+    fn as_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `as_ref`; `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(), self.len) }
+    }
+}
+
+/// A window whose storage follows it in one block of memory.
+pub type PlacedWindow = Window<RelSlice<u8>, RelSlice<Bucket>>;
+
+impl<'a> Window<&'a mut [u8], &'a mut [Bucket]> {
+    /// The same window with its storage referred to by [`RelSlice`]s, to
+    /// be written into its final place and then [`anchor`](Window::anchor)ed.
+    pub fn into_relative(self) -> PlacedWindow {
+        match self {
+            Window::Count(w) => Window::Count(CountWindow {
+                slots: RelSlice::absolute(w.slots),
+                slow_threshold_ms: w.slow_threshold_ms,
+                head: w.head,
+                len: w.len,
+                failures: w.failures,
+                slow_calls: w.slow_calls,
+            }),
+            Window::Time(w) => Window::Time(TimeWindow {
+                buckets: RelSlice::absolute(w.buckets),
+                span: w.span,
+                width: w.width,
+                slow_threshold_ms: w.slow_threshold_ms,
+                totals: w.totals,
+                newest: w.newest,
+            }),
+        }
+    }
+}
+
+impl PlacedWindow {
+    /// Fixes the storage references once the window is in its final place.
+    ///
+    /// # Safety
+    /// Call exactly once, on a window made by [`Window::into_relative`]
+    /// and written to the address it will keep.
+    pub unsafe fn anchor(&mut self) {
+        match self {
+            Window::Count(w) => w.slots.anchor(),
+            Window::Time(w) => w.buckets.anchor(),
+        }
+    }
+}
+
 /// Either window, as a breaker uses it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Window<S = Box<[u8]>, B = Box<[Bucket]>> {
     /// Count-based: the last N calls.
     Count(CountWindow<S>),
