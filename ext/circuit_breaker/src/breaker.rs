@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
 use circuit_breaker_core::config::probe_quota;
+use circuit_breaker_core::shm::default_path;
 use circuit_breaker_core::{
     Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, Reason, Rejection, State,
     Transitions,
@@ -164,6 +165,7 @@ struct Given {
     name: Option<Value>,
     clock: Option<Value>,
     logger: Option<Value>,
+    shared: Option<Value>,
     threshold: Option<Value>,
     retry_time: Option<Value>,
     probe_ratio: Option<Value>,
@@ -205,6 +207,7 @@ impl Given {
             "name" => &mut self.name,
             "clock" => &mut self.clock,
             "logger" => &mut self.logger,
+            "shared" => &mut self.shared,
             "threshold" => &mut self.threshold,
             "retry_time" => &mut self.retry_time,
             "probe_ratio" => &mut self.probe_ratio,
@@ -363,20 +366,47 @@ impl Breaker {
         };
         let clock = g.clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
 
+        let shared_key = match g.shared {
+            None => None,
+            Some(v) if v.is_nil() => None,
+            Some(v) => match (RString::from_value(v), Symbol::from_value(v)) {
+                (Some(s), _) => Some(s.to_string()?),
+                (None, Some(sym)) => Some(sym.name()?.into_owned()),
+                _ => return Err(type_error(ruby, "shared", "nil, a String or a Symbol", v)),
+            },
+        };
+        let name = match (name, &shared_key) {
+            (None, Some(key)) => Some(Opaque::from(RString::new_frozen(ruby.str_new(key)))),
+            (name, _) => name,
+        };
+
         let window_value = g.window.filter(|v| !v.is_nil());
-        let shared = match window_value {
+        let template = match window_value {
             Some(v) => shared_of(ruby, v)?.ok_or_else(|| arg_error(ruby, "window: is nil".to_owned()))?,
             None => default_shared(ruby)?,
         };
         let clock = clock.unwrap_or(ClockSource::Monotonic);
-        // A TimeWindow without a clock of its own follows its breaker's.
-        let _ = shared.clock.set(clock.clone());
-        if !shared.attach() {
-            return Err(arg_error(ruby, "window: is already used by another breaker; give each breaker its own window".to_owned()));
-        }
-        let window = match window_value {
-            Some(v) => v,
-            None => crate::window::SlidingWindow::wrap_shared(ruby, shared.clone()).as_value(),
+        let (shared, window) = match &shared_key {
+            // The given window is only a template: the live one is in the file.
+            Some(key) => {
+                let mapped = template.mapped(ruby, &default_path(key), cfg.fingerprint())?;
+                let _ = mapped.clock.set(clock.clone());
+                mapped.attach();
+                let window = crate::window::wrap(ruby, mapped.clone());
+                (mapped, window)
+            }
+            None => {
+                // A TimeWindow without a clock of its own follows its breaker's.
+                let _ = template.clock.set(clock.clone());
+                if !template.attach() {
+                    return Err(arg_error(
+                        ruby,
+                        "window: is already used by another breaker; give each breaker its own window".to_owned(),
+                    ));
+                }
+                let window = window_value.unwrap_or_else(|| crate::window::wrap(ruby, template.clone()));
+                (template, window)
+            }
         };
         let obj = ruby.obj_wrap(Self {
             shared,
@@ -595,6 +625,14 @@ impl Breaker {
         ruby.get_inner(rb_self.window)
     }
 
+    fn hold_shared_lock(&self, ms: u64) {
+        self.shared.hold_lock_for_test(ms.min(60_000));
+    }
+
+    fn shared_path(key: String) -> String {
+        default_path(&key).display().to_string()
+    }
+
     fn set_notify_rejects(&self, on: bool) {
         self.notify_rejects.store(on, Ordering::Relaxed);
     }
@@ -659,5 +697,7 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__acquire", method!(Breaker::acquire, 0))?;
     class.define_private_method("__settle", method!(Breaker::settle, 3))?;
     class.define_private_method("__notify_rejects=", method!(Breaker::set_notify_rejects, 1))?;
+    class.define_private_method("__hold_shared_lock", method!(Breaker::hold_shared_lock, 1))?;
+    class.define_singleton_method("shared_path", function!(Breaker::shared_path, 1))?;
     Ok(())
 }

@@ -27,3 +27,13 @@ pub fn type_error(ruby: &Ruby, name: &str, expected: &str, got: Value) -> Error 
     let got = if got.is_nil() { "nil".to_owned() } else { got.class().inspect() };
     Error::new(ruby.exception_type_error(), format!("{name} must be {expected} (got {got})"))
 }
+
+/// A system call failed: the matching `Errno::*` (a SystemCallError).
+pub fn system_error(ruby: &Ruby, context: &str, source: std::io::Error) -> Error {
+    let errno = source.raw_os_error().unwrap_or(0);
+    let class = ruby.exception_system_call_error();
+    match class.new_instance((ruby.str_new(context), errno)) {
+        Ok(ex) => ex.into(),
+        Err(e) => e,
+    }
+}

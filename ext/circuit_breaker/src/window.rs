@@ -2,27 +2,40 @@
 //!
 //! A window object owns the record its breaker also uses: one lock around
 //! the window and, once a breaker is built on it, the breaker's state. So the
-//! window a user holds is live, and a breaker takes one lock per step.
+//! window a user holds is live, and a breaker takes one lock per step. The
+//! record is on the heap, or in a file mapped by every process that shares
+//! the breaker (`shared:`).
 
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use circuit_breaker_core::{clock::secs_from_nanos, Counts, HeapRecord, Nanos, Record, Window, WindowSpec};
+use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
+use circuit_breaker_core::shm::{MappedRecord, ShmError};
+use circuit_breaker_core::{Counts, HeapRecord, Nanos, Record, WindowSpec};
 use magnus::{
-    function, method, prelude::*, scan_args::{get_kwargs, scan_args}, typed_data::Obj, Error, RClass, RHash, Ruby,
-    TryConvert, Value,
+    function, method,
+    prelude::*,
+    scan_args::{get_kwargs, scan_args},
+    typed_data::Obj,
+    Error, RClass, RHash, Ruby, TryConvert, Value,
 };
 use parking_lot::Mutex;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::errors::config_error;
+use crate::errors::{arg_error, config_error};
+
+enum Store {
+    Heap(Mutex<HeapRecord>),
+    Mapped(MappedRecord),
+}
 
 /// What window objects and their breaker share: the record (window and
 /// breaker state) behind one lock.
 pub struct Shared {
-    record: Mutex<HeapRecord>,
+    store: Store,
+    spec: WindowSpec,
     /// Whether a breaker uses this window already.
     attached: AtomicBool,
     /// The clock a TimeWindow reads: its own `clock:`, else its breaker's,
@@ -31,24 +44,48 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn new(ruby: &Ruby, spec: &WindowSpec, clock: Option<ClockSource>) -> Result<Arc<Self>, Error> {
-        let record = HeapRecord::new(spec, seed()).map_err(|e| config_error(ruby, e))?;
-        let shared = Self { record: Mutex::new(record), attached: AtomicBool::new(false), clock: OnceLock::new() };
+    fn new(ruby: &Ruby, spec: WindowSpec, clock: Option<ClockSource>) -> Result<Arc<Self>, Error> {
+        let record = HeapRecord::new(&spec, seed()).map_err(|e| config_error(ruby, e))?;
+        Ok(Self::with_store(Store::Heap(Mutex::new(record)), spec, clock))
+    }
+
+    fn with_store(store: Store, spec: WindowSpec, clock: Option<ClockSource>) -> Arc<Self> {
+        let shared = Self { store, spec, attached: AtomicBool::new(false), clock: OnceLock::new() };
         if let Some(c) = clock {
             let _ = shared.clock.set(c);
         }
-        Ok(Arc::new(shared))
+        Arc::new(shared)
+    }
+
+    /// The record of a window like this one, in the file at `path`, shared
+    /// with every process that opens it with the same `config_hash`.
+    pub fn mapped(&self, ruby: &Ruby, path: &Path, config_hash: u64) -> Result<Arc<Self>, Error> {
+        let record = MappedRecord::open(path, &self.spec, config_hash, seed()).map_err(|e| match e {
+            ShmError::Mismatch(m) => arg_error(ruby, format!("shared: {m}")),
+            ShmError::Io { context, source } => crate::errors::system_error(ruby, &context, source),
+        })?;
+        Ok(Self::with_store(Store::Mapped(record), self.spec, self.clock.get().cloned()))
     }
 
     /// Runs `f` on the record under the lock. `f` must not call Ruby.
     #[inline]
     pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> T {
-        f(self.record.lock().get())
+        match &self.store {
+            Store::Heap(h) => f(h.lock().get()),
+            Store::Mapped(m) => m.with(f),
+        }
     }
 
     /// Claims the window for a breaker; false when one has it already.
     pub fn attach(&self) -> bool {
         !self.attached.swap(true, Ordering::AcqRel)
+    }
+
+    /// Holds the lock of a shared record for `ms`, doing nothing (tests).
+    pub fn hold_lock_for_test(&self, ms: u64) {
+        if let Store::Mapped(m) = &self.store {
+            m.hold_lock_for_test(ms);
+        }
     }
 
     pub fn now(&self) -> Nanos {
@@ -77,16 +114,11 @@ pub trait WindowObject: Sized + magnus::TypedData {
 #[magnus::wrap(class = "CircuitBreaker::SlidingWindow", free_immediately, size)]
 pub struct SlidingWindow {
     shared: Arc<Shared>,
-    size: u32,
-    slow_threshold_ms: f64,
 }
 
 #[magnus::wrap(class = "CircuitBreaker::TimeWindow", free_immediately, size)]
 pub struct TimeWindow {
     shared: Arc<Shared>,
-    seconds: f64,
-    buckets: u32,
-    slow_threshold_ms: f64,
 }
 
 impl WindowObject for SlidingWindow {
@@ -115,13 +147,21 @@ pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Option<Arc<Shared>>, Error> {
     Err(crate::errors::type_error(ruby, "window", "nil, a CircuitBreaker::SlidingWindow or a CircuitBreaker::TimeWindow", v))
 }
 
-/// The record of a default `SlidingWindow.new` for a breaker given none.
-pub fn default_shared(ruby: &Ruby) -> Result<Arc<Shared>, Error> {
-    Shared::new(ruby, &WindowSpec::Count { size: DEFAULT_SIZE, slow_threshold_ms: DEFAULT_SLOW_MS }, None)
-}
-
 const DEFAULT_SIZE: i64 = 100;
 const DEFAULT_SLOW_MS: f64 = 800.0;
+
+/// The record of a default `SlidingWindow.new` for a breaker given none.
+pub fn default_shared(ruby: &Ruby) -> Result<Arc<Shared>, Error> {
+    Shared::new(ruby, WindowSpec::Count { size: DEFAULT_SIZE, slow_threshold_ms: DEFAULT_SLOW_MS }, None)
+}
+
+/// The Ruby window object of a record.
+pub fn wrap(ruby: &Ruby, shared: Arc<Shared>) -> Value {
+    match shared.spec {
+        WindowSpec::Count { .. } => ruby.obj_wrap(SlidingWindow { shared }).as_value(),
+        WindowSpec::Time { .. } => ruby.obj_wrap(TimeWindow { shared }).as_value(),
+    }
+}
 
 fn kwargs(args: &[Value]) -> Result<RHash, Error> {
     Ok(scan_args::<(), (), (), (), RHash, ()>(args)?.keywords)
@@ -133,28 +173,24 @@ impl SlidingWindow {
         let (size, slow) = kw.optional;
         let size = size.map_or(Ok(DEFAULT_SIZE), |v| args::integer(ruby, "size", v))?;
         let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
-        let shared = Shared::new(ruby, &WindowSpec::Count { size, slow_threshold_ms: slow }, None)?;
-        Ok(Self { size: size as u32, slow_threshold_ms: slow, shared })
+        Ok(Self { shared: Shared::new(ruby, WindowSpec::Count { size, slow_threshold_ms: slow }, None)? })
     }
 
-    /// The Ruby object of a default window record (see [`default_shared`]).
-    pub fn wrap_shared(ruby: &Ruby, shared: Arc<Shared>) -> Obj<Self> {
-        ruby.obj_wrap(Self { shared, size: DEFAULT_SIZE as u32, slow_threshold_ms: DEFAULT_SLOW_MS })
-    }
-
-    fn size(&self) -> u32 {
-        self.size
-    }
-
-    fn slow_threshold_ms(&self) -> f64 {
-        self.slow_threshold_ms
+    fn size(&self) -> i64 {
+        match self.shared.spec {
+            WindowSpec::Count { size, .. } => size,
+            WindowSpec::Time { .. } => 0,
+        }
     }
 
     fn inspect(&self) -> String {
         let c = self.shared.counts();
         format!(
             "#<CircuitBreaker::SlidingWindow size={} total={} failures={} slow_calls={}>",
-            self.size, c.total, c.failures, c.slow_calls
+            self.size(),
+            c.total,
+            c.failures,
+            c.slow_calls
         )
     }
 }
@@ -172,32 +208,40 @@ impl TimeWindow {
         let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
         let clock = clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
         let spec = WindowSpec::Time { seconds, buckets, slow_threshold_ms: slow };
-        let shared = Shared::new(ruby, &spec, clock)?;
-        let span = shared.with(|r| match &r.window {
-            Window::Time(w) => w.span(),
-            Window::Count(_) => 0,
-        });
-        Ok(Self { seconds: secs_from_nanos(span), buckets: buckets as u32, slow_threshold_ms: slow, shared })
+        Ok(Self { shared: Shared::new(ruby, spec, clock)? })
     }
 
     fn seconds(&self) -> f64 {
-        self.seconds
+        match self.shared.spec {
+            // As the window keeps it: whole nanoseconds.
+            WindowSpec::Time { seconds, .. } => secs_from_nanos(nanos_from_secs(seconds)),
+            WindowSpec::Count { .. } => 0.0,
+        }
     }
 
-    fn buckets(&self) -> u32 {
-        self.buckets
-    }
-
-    fn slow_threshold_ms(&self) -> f64 {
-        self.slow_threshold_ms
+    fn buckets(&self) -> i64 {
+        match self.shared.spec {
+            WindowSpec::Time { buckets, .. } => buckets,
+            WindowSpec::Count { .. } => 0,
+        }
     }
 
     fn inspect(&self) -> String {
         let c = self.shared.counts();
         format!(
             "#<CircuitBreaker::TimeWindow seconds={} buckets={} total={} failures={} slow_calls={}>",
-            self.seconds, self.buckets, c.total, c.failures, c.slow_calls
+            self.seconds(),
+            self.buckets(),
+            c.total,
+            c.failures,
+            c.slow_calls
         )
+    }
+}
+
+fn slow_threshold_ms<T: WindowObject>(rb_self: &T) -> f64 {
+    match rb_self.shared().spec {
+        WindowSpec::Count { slow_threshold_ms, .. } | WindowSpec::Time { slow_threshold_ms, .. } => slow_threshold_ms,
     }
 }
 
@@ -247,6 +291,7 @@ macro_rules! define_common {
         class.define_method("error_rate", method!(error_rate::<$t>, 0))?;
         class.define_method("slow_call_rate", method!(slow_call_rate::<$t>, 0))?;
         class.define_method("reset", method!(reset::<$t>, 0))?;
+        class.define_method("slow_threshold_ms", method!(slow_threshold_ms::<$t>, 0))?;
     }};
 }
 
@@ -255,7 +300,6 @@ pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
     define_common!(sliding, SlidingWindow);
     sliding.define_singleton_method("new", function!(SlidingWindow::new, -1))?;
     sliding.define_method("size", method!(SlidingWindow::size, 0))?;
-    sliding.define_method("slow_threshold_ms", method!(SlidingWindow::slow_threshold_ms, 0))?;
     sliding.define_method("inspect", method!(SlidingWindow::inspect, 0))?;
 
     let timed = namespace.define_class("TimeWindow", ruby.class_object())?;
@@ -263,7 +307,6 @@ pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
     timed.define_singleton_method("new", function!(TimeWindow::new, -1))?;
     timed.define_method("seconds", method!(TimeWindow::seconds, 0))?;
     timed.define_method("buckets", method!(TimeWindow::buckets, 0))?;
-    timed.define_method("slow_threshold_ms", method!(TimeWindow::slow_threshold_ms, 0))?;
     timed.define_method("inspect", method!(TimeWindow::inspect, 0))?;
     Ok(())
 }

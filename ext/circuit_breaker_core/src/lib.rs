@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod ramp;
 pub mod record;
+pub mod shm;
 pub mod state;
 pub mod window;
 

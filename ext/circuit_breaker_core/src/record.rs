@@ -106,6 +106,16 @@ impl Record {
     }
 }
 
+impl Record {
+    /// Recomputes what a step interrupted half-way (a process killed while
+    /// holding the lock) could have left inconsistent: the window's running
+    /// totals, from its storage, and the breaker's probe counters.
+    pub fn repair(&mut self) {
+        self.window.recount();
+        self.breaker.repair();
+    }
+}
+
 /// A record in a heap block of its own (one process).
 pub struct HeapRecord {
     block: Box<[u64]>,

@@ -202,6 +202,16 @@ impl Breaker {
         }
     }
 
+    /// After a step was cut short (its process died holding the lock):
+    /// starts a new generation, so no probe slot of the interrupted one
+    /// stays taken, and keeps the current state and stage.
+    pub fn repair(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.state == State::HalfOpen {
+            self.stage = Stage::new(self.stage.index, self.stage.started_at);
+        }
+    }
+
     /// Applies the timers due at `now`.
     pub fn tick<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
         let mut out = Transitions::default();

@@ -121,6 +121,21 @@ impl<S: Slots> CountWindow<S> {
         self.head = if self.head + 1 == size { 0 } else { self.head + 1 };
     }
 
+    fn recount(&mut self) {
+        let size = self.size();
+        self.len = self.len.min(size);
+        self.head %= size.max(1);
+        let slots = self.slots.as_ref();
+        let live = (0..self.len).map(|k| slots[((self.head + size - 1 - k) % size) as usize]);
+        let (mut failures, mut slow) = (0, 0);
+        for s in live {
+            failures += u32::from(s & FAILURE != 0);
+            slow += u32::from(s & SLOW != 0);
+        }
+        self.failures = failures;
+        self.slow_calls = slow;
+    }
+
     fn counts(&self) -> Counts {
         Counts { total: self.len.into(), failures: self.failures.into(), slow_calls: self.slow_calls.into() }
     }
@@ -248,6 +263,22 @@ impl<B: Buckets> TimeWindow<B> {
         self.totals
     }
 
+    fn recount(&mut self) {
+        let n = self.buckets.as_ref().len() as i64;
+        let oldest_kept = self.newest.saturating_sub(n - 1);
+        let mut totals = Counts::default();
+        for b in self.buckets.as_mut() {
+            if self.newest != i64::MIN && b.epoch >= oldest_kept && b.epoch <= self.newest {
+                totals.total += b.counts.total;
+                totals.failures += b.counts.failures;
+                totals.slow_calls += b.counts.slow_calls;
+            } else {
+                b.counts = Counts::default();
+            }
+        }
+        self.totals = totals;
+    }
+
     fn reset(&mut self) {
         self.buckets.as_mut().fill(Bucket::default());
         self.totals = Counts::default();
@@ -367,6 +398,14 @@ impl<S: Slots, B: Buckets> Window<S, B> {
         match self {
             Window::Count(w) => w.counts(),
             Window::Time(w) => w.counts(now),
+        }
+    }
+
+    /// Recomputes the running totals from the storage.
+    pub fn recount(&mut self) {
+        match self {
+            Window::Count(w) => w.recount(),
+            Window::Time(w) => w.recount(),
         }
     }
 
