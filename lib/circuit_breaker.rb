@@ -8,6 +8,7 @@ require_relative "circuit_breaker/errors"
 require "circuit_breaker/circuit_breaker"
 require_relative "circuit_breaker/permits"
 require_relative "circuit_breaker/events"
+require_relative "circuit_breaker/registry"
 
 class CircuitBreaker
   include Permits

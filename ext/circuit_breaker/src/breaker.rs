@@ -465,15 +465,12 @@ impl Breaker {
     }
 
     /// The error for a rejected call, after its listeners ran.
-    fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Error {
-        let ex = match Self::open_error(ruby, rb_self, r) {
-            Ok(ex) => ex,
-            Err(e) => return e,
-        };
+    fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
+        let ex = Self::open_error(ruby, rb_self, r)?;
         if rb_self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby) {
             let _ = rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,));
         }
-        ex.into()
+        Ok(ex)
     }
 
     fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
@@ -488,7 +485,7 @@ impl Breaker {
         }
         let permit = match decision {
             Decision::Allowed(p) => p,
-            Decision::Rejected(r) => return Err(Self::rejected(ruby, rb_self, r)),
+            Decision::Rejected(r) => resume_raise(Self::rejected(ruby, rb_self, r)?),
         };
 
         let result: Result<Value, Error> = ruby.yield_values(());
@@ -526,9 +523,13 @@ impl Breaker {
             }
             Self::notify(ruby, rb_self, &tr);
         }
-        match raise_instead {
-            Some(e) => Err(e),
-            None => result,
+        match (raise_instead, result) {
+            (Some(e), _) => Err(e),
+            (None, Err(e)) => match e.error_type() {
+                ErrorType::Exception(ex) => resume_raise(*ex),
+                _ => Err(e),
+            },
+            (None, ok) => ok,
         }
     }
 
@@ -553,10 +554,7 @@ impl Breaker {
         match decision {
             Decision::Allowed(p) => Ok(Some(p.to_bits())),
             Decision::Rejected(r) => {
-                let ex = Self::open_error(ruby, rb_self, r)?;
-                if rb_self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby) {
-                    let _ = rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,));
-                }
+                Self::rejected(ruby, rb_self, r)?;
                 Ok(None)
             }
         }
@@ -645,6 +643,21 @@ fn active_support_loaded(ruby: &Ruby) -> bool {
     unsafe { rb_sys::rb_const_defined(ruby.class_object().as_raw(), magnus::value::IntoId::into_id_with(id, ruby).as_raw()) != 0 }
 }
 
+/// Raises `ex` the way a pending raise resumes (`rb_jump_tag`), not with
+/// `rb_exc_raise`: on Ruby 3.1 the latter turns a lazily captured backtrace
+/// into strings, which costs microseconds per frame. The exception object
+/// goes on untouched: same object, same backtrace. Never returns: only
+/// plain data may be alive in the callers' frames.
+fn resume_raise(ex: Exception) -> ! {
+    const TAG_RAISE: i32 = 6;
+    // SAFETY: `ex` is a live exception object; with it as the error info,
+    // TAG_RAISE unwinds to the nearest rescue exactly as a raise does.
+    unsafe {
+        rb_sys::rb_set_errinfo(ex.as_raw());
+        rb_sys::rb_jump_tag(TAG_RAISE)
+    }
+}
+
 /// Resumes the pending jump `tag` with the listeners of `tr` running in an
 /// ensure function, the way a Ruby `ensure` clause runs during a jump.
 /// Never returns: only plain data may be alive in the callers' frames.
@@ -701,3 +714,4 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_singleton_method("shared_path", function!(Breaker::shared_path, 1))?;
     Ok(())
 }
+

@@ -1,0 +1,208 @@
+# frozen_string_literal: true
+
+# One scenario of `rake bench`, run in a process of its own:
+#
+#   ruby -Ilib bench/scenarios.rb NAME
+#
+# prints the scenario's rows as one line of JSON on stdout (bench/run.rb
+# collects them into the table). NAME is one of Bench::Scenarios::ALL.
+
+require "json"
+require "circuit_breaker"
+require_relative "article_breaker"
+require_relative "support/harness"
+require_relative "support/bare"
+
+module Bench
+  # Each scenario returns rows: {scenario:, impl:, ns:, allocs:, ratio:,
+  # target:, value:, met:}; `value` is what the target is about (a ratio),
+  # `met` true/false, or nil where no target applies.
+  module Scenarios
+    ALL = %w[success failure rejection threads rates].freeze
+
+    IMPLS = { bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker" }.freeze
+
+    module_function
+
+    # A table row for `impl`'s `result`, compared with `bare` round by round.
+    def row(scenario, impl, result, bare, target: nil, value: nil, met: nil, note: nil)
+      {
+        scenario: scenario, impl: IMPLS.fetch(impl), ns: result.ns, allocs: result.allocs,
+        ratio: Bench.ratio(result, bare), target: target, value: value, met: met, value_note: note
+      }
+    end
+
+    def check(ok, what)
+      raise "bench setup is wrong: #{what}" unless ok
+    end
+
+    # closed, `call { 1 }`
+    def success
+      gem = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100))
+      article = ArticleBreaker::Breaker.new(window: ArticleBreaker::SlidingWindow.new(size: 100))
+      r = Bench.measure({
+                          bare: Bench.plain("r.run { 1 }", r: Bare::Yield.new),
+                          article: Bench.plain("r.call { 1 }", r: article),
+                          gem: Bench.plain("r.call { 1 }", r: gem),
+                          empty: Bench.plain("")
+                        })
+      m = gem.metrics
+      check(m[:state] == :closed && m[:total] == 100 && m[:failures].zero?, "success: #{m}")
+      check(article.state == :closed, "success: article #{article.state}")
+      name = "closed success `call { 1 }`"
+      target = "≤ 2.0× bare, 0 allocs"
+      met = ->(x) { Bench.ratio(x, r[:bare]) <= 2.0 && x.allocs < 0.005 }
+      [
+        row(name, :bare, r[:bare], r[:bare], target: "baseline"),
+        row(name, :article, r[:article], r[:bare], target: target, met: met.(r[:article])),
+        row(name, :gem, r[:gem], r[:bare], target: target, met: met.(r[:gem])),
+        { note: format("Every ns/call includes the `while` loop around the call: %.1f ns.", r[:empty].ns) }
+      ]
+    end
+
+    # closed, the block raises, the caller rescues; recorded, never trips
+    def failure
+      # A TimeWindow, so that min_calls is not clamped to a count window's
+      # size: with error_rate_threshold 1.0 a full count window of failures
+      # would trip. Every failure is recorded (checked below).
+      gem = CircuitBreaker.new(window: CircuitBreaker::TimeWindow.new(seconds: 600, buckets: 10),
+                               error_rate_threshold: 1.0, min_calls: 1_000_000_000)
+      # The article trips on `>`: a rate of 1.0 never exceeds 1.0.
+      article = ArticleBreaker::Breaker.new(window: ArticleBreaker::SlidingWindow.new(size: 100),
+                                            error_rate_threshold: 1.0)
+      body = ->(method) { "begin; r.#{method} { raise Bench::Boom, 'boom' }; rescue Bench::Boom; end" }
+      runners = {
+        bare: Bench.plain(body.("run"), r: Bare::Yield.new),
+        article: Bench.plain(body.("call"), r: article),
+        gem: Bench.plain(body.("call"), r: gem)
+      }
+      r = Bench.measure(runners)
+      m = gem.metrics
+      check(m[:state] == :closed && m[:failures] == m[:total] && m[:total].positive?, "failure: #{m}")
+      gem.reset!
+      runners[:gem].call(1000)
+      m = gem.metrics
+      check(m[:failures] == 1000 && m[:total] == 1000 && m[:state] == :closed, "failure, recorded: #{m}")
+      check(article.state == :closed, "failure: article #{article.state}")
+      name = "closed failure (raise, rescue)"
+      met = ->(x) { Bench.ratio(x, r[:bare]) <= 1.5 }
+      [
+        row(name, :bare, r[:bare], r[:bare], target: "baseline"),
+        row(name, :article, r[:article], r[:bare], target: "≤ 1.5× bare", met: met.(r[:article])),
+        row(name, :gem, r[:gem], r[:bare], target: "≤ 1.5× bare", met: met.(r[:gem]))
+      ]
+    end
+
+    # open: the caller rescues the rejection
+    def rejection
+      gem = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100), open_duration: 3600)
+      article = ArticleBreaker::Breaker.new(window: ArticleBreaker::SlidingWindow.new(size: 100), open_duration: 3600)
+      # Both trip the way they would in production: on failures.
+      21.times do
+        [gem, article].each do |b|
+          b.call { raise Bench::Boom }
+        rescue Bench::Boom, CircuitBreaker::OpenError, ArticleBreaker::OpenError
+          nil
+        end
+      end
+      check(gem.state == :open, "rejection: gem #{gem.state}")
+      check(article.state == :open, "rejection: article #{article.state}")
+      rejected = gem.metrics[:rejected]
+      r = Bench.measure({
+                          bare: Bench.plain("begin; r.run { 1 }; rescue StandardError; end", r: Bare::Raise.new),
+                          article: Bench.plain("begin; r.call { 1 }; rescue ArticleBreaker::OpenError; end", r: article),
+                          gem: Bench.plain("begin; r.call { 1 }; rescue CircuitOpenError; end", r: gem)
+                        })
+      check(gem.state == :open && gem.metrics[:rejected] > rejected, "rejection: #{gem.metrics}")
+      name = "open rejection (rescue OpenError)"
+      met = ->(x) { Bench.ratio(x, r[:bare]) <= 1.0 }
+      [
+        row(name, :bare, r[:bare], r[:bare], target: "baseline"),
+        row(name, :article, r[:article], r[:bare], target: "≤ 1.0× bare", met: met.(r[:article])),
+        row(name, :gem, r[:gem], r[:bare], target: "≤ 1.0× bare", met: met.(r[:gem]))
+      ]
+    end
+
+    # 4 threads sharing one breaker vs 1 thread on the same breaker
+    def threads
+      recv = {
+        bare: [Bare::Yield.new, "r.run { 1 }"],
+        article: [ArticleBreaker::Breaker.new(window: ArticleBreaker::SlidingWindow.new(size: 100)), "r.call { 1 }"],
+        gem: [CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100)), "r.call { 1 }"]
+      }
+      variants = {}
+      counts = {}
+      recv.each do |impl, (r, body)|
+        one = Bench.threaded(1, body, r: r)
+        # Long samples: a thread keeps the GVL for up to 100 ms, so each
+        # of the 4 threads must run long enough to be switched out often.
+        n = Bench.calibrate(one, seconds: 2 * SAMPLE_SECONDS)
+        variants[:"#{impl}_1"] = one
+        variants[:"#{impl}_4"] = Bench.threaded(4, body, r: r)
+        counts[:"#{impl}_1"] = counts[:"#{impl}_4"] = n
+      end
+      r = Bench.measure(variants, counts: counts)
+      gem = recv[:gem][0]
+      check(gem.state == :closed && gem.metrics[:total] == 100, "threads: #{gem.metrics}")
+      name = "4 threads, one breaker, `call { 1 }`"
+      %i[bare article gem].map do |impl|
+        one = r[:"#{impl}_1"]
+        four = r[:"#{impl}_4"]
+        scaling = Bench.ratio(one, four) # (4-thread rate) / (1-thread rate), wall clock
+        cpu = one.cpu_ns / four.cpu_ns
+        row(name, impl, four, r[:bare_4], target: "4-thread rate ≥ 0.8× 1-thread", value: scaling,
+                                          met: scaling >= 0.8, note: format("CPU time %.2f×", cpu))
+      end
+    end
+
+    # reading rates and metrics on a 10,000-call window vs a 10-call window
+    def rates
+      sizes = [10, 10_000]
+      fill = lambda do |window, size|
+        size.times { |i| window.record(duration_ms: i % 7 == 0 ? 900 : 5, success: i % 10 != 0) }
+        window
+      end
+      objs = sizes.to_h do |size|
+        gem_window = CircuitBreaker::SlidingWindow.new(size: size)
+        gem = CircuitBreaker.new(window: gem_window, min_calls: size)
+        fill.(gem_window, size)
+        check(gem.metrics[:total] == size && gem.state == :closed, "rates: #{gem.metrics}")
+        article = fill.(ArticleBreaker::SlidingWindow.new(size: size), size)
+        check(article.total == size, "rates: article #{article.total}")
+        bare = fill.(Bare::Counts.new(size), size)
+        [size, { bare: bare, article: article, gem: gem, gem_window: gem_window }]
+      end
+      variants = {}
+      sizes.each do |size|
+        o = objs[size]
+        variants[:"bare_rate_#{size}"] = Bench.plain("r.error_rate", r: o[:bare])
+        variants[:"article_rate_#{size}"] = Bench.plain("r.error_rate", r: o[:article])
+        variants[:"gem_rate_#{size}"] = Bench.plain("r.error_rate", r: o[:gem_window])
+        variants[:"bare_metrics_#{size}"] = Bench.plain("r.metrics", r: o[:bare])
+        variants[:"gem_metrics_#{size}"] = Bench.plain("r.metrics", r: o[:gem])
+      end
+      r = Bench.measure(variants)
+      rows = []
+      { "rate" => ["`error_rate`", %i[bare article gem]], "metrics" => ["`metrics`", %i[bare gem]] }.each do |what, (label, impls)|
+        impls.each do |impl|
+          rows << row("#{label}, 10-call window", impl, r[:"#{impl}_#{what}_10"], r[:"bare_#{what}_10"], target: "reference")
+        end
+        impls.each do |impl|
+          large = r[:"#{impl}_#{what}_10000"]
+          growth = Bench.ratio(large, r[:"#{impl}_#{what}_10"])
+          rows << row("#{label}, 10,000-call window", impl, large, r[:"bare_#{what}_10000"],
+                      target: "≈ cost on 10 calls (≤ 1.2×)", value: growth, met: growth <= 1.2)
+        end
+      end
+      rows << { note: "The article has no `metrics`: its breaker exposes only the window's rates." }
+      rows
+    end
+  end
+end
+
+if $PROGRAM_NAME == __FILE__
+  name = ARGV.fetch(0) { abort "usage: ruby -Ilib bench/scenarios.rb #{Bench::Scenarios::ALL.join('|')}" }
+  abort "unknown scenario #{name.inspect}" unless Bench::Scenarios::ALL.include?(name)
+  rows = Bench::Scenarios.public_send(name)
+  $stdout.puts JSON.generate(rows)
+end

@@ -1,0 +1,140 @@
+# frozen_string_literal: true
+
+class CircuitBreaker
+  # The process-wide registry behind {CircuitBreaker.for}: one breaker per
+  # name. Its Mutex guards the table only; it is held while a breaker is
+  # created (so that two threads asking for a new name at once build one
+  # breaker, and a `window:` is attached once) and never while user code
+  # runs otherwise (option `==`, listeners of `reset!`). A forked child
+  # inherits the table (the same breaker objects, with the state they had at
+  # fork time) and a usable Mutex.
+  #
+  # @api private
+  module Registry
+    LOCK = Mutex.new
+    # name (frozen String) => [breaker, options given at creation (frozen)]
+    ENTRIES = {}
+
+    # Options whose values usually compare by identity (their `==` is
+    # Object#==): a differing one earns a hint in the error message.
+    IDENTITY_OPTIONS = %i[window clock logger failure_if record_errors ignore_errors].freeze
+
+    class << self
+      # @return [String] `name` as a frozen String
+      def key(name)
+        case name
+        when String, Symbol then -name.to_s
+        else raise TypeError, "CircuitBreaker.for: name must be a String or a Symbol (got #{name.inspect})"
+        end
+      end
+
+      # The options that tell breakers apart, without `name:` (checked
+      # against the name here).
+      def options_without_name(key, options)
+        return options unless options.key?(:name)
+
+        given = options[:name]
+        unless (given.is_a?(String) || given.is_a?(Symbol)) && given.to_s == key
+          raise ArgumentError,
+                "CircuitBreaker.for(#{key.inspect}): name: #{given.inspect} differs from the registry name " \
+                "(leave name: out; the breaker is named after the registry name)"
+        end
+        options.reject { |k, _| k == :name }
+      end
+
+      # Keys present in only one of the two option Hashes, or whose values
+      # are not `==`.
+      def differing_keys(registered, given)
+        (registered.keys | given.keys).reject do |k|
+          registered.key?(k) && given.key?(k) && registered[k] == given[k]
+        end
+      end
+
+      def mismatch(key, keys)
+        hint = (keys & IDENTITY_OPTIONS).empty? ? "" : " (windows, clocks, loggers and Procs compare by identity: pass the same object)"
+        ArgumentError.new(
+          "CircuitBreaker.for(#{key.inspect}): options differ from the first call's: " \
+          "#{keys.map { |k| "#{k}:" }.join(', ')}#{hint}; " \
+          "call CircuitBreaker.for(#{key.inspect}) without options to look the breaker up"
+        )
+      end
+    end
+  end
+  private_constant :Registry
+
+  class << self
+    # The breaker registered under `name`, created with `options` on the
+    # first call (with `name:` set to the name). One breaker per name per
+    # process; safe to call from many threads at once.
+    #
+    # A later call without options looks the breaker up. A later call with
+    # options compares them, as given, with those of the first call
+    # (`Hash#==`: the same keys with `==` values); when they differ it raises
+    # ArgumentError naming the keys. Windows, clocks, loggers and Procs
+    # compare by identity, so pass the same object again, or configure the
+    # breaker once at boot and call `for(name)` without options afterwards.
+    #
+    # @example Configure once at boot, look up anywhere
+    #   CircuitBreaker.for(:payments, window: SlidingWindow.new(size: 50), open_duration: 10)
+    #   CircuitBreaker.for("payments").call { charge(card) }   # the same breaker
+    # @param name [String, Symbol] the registry name (Symbols become Strings)
+    # @param options [Hash] options of {CircuitBreaker.new}, used when the breaker is created
+    # @return [CircuitBreaker]
+    # @raise [ArgumentError] options differing from the first call's, a
+    #   `name:` other than `name`, or an option CircuitBreaker.new refuses
+    # @raise [TypeError] a name that is neither a String nor a Symbol
+    def for(name, **options)
+      key = Registry.key(name)
+      options = Registry.options_without_name(key, options).freeze
+      created = false
+      breaker, registered = Registry::LOCK.synchronize do
+        Registry::ENTRIES[key] ||= begin
+          created = true
+          [CircuitBreaker.new(**options, name: key), options].freeze
+        end
+      end
+      return breaker if created || options.empty?
+
+      # Compared with no lock held: `==` may be user code.
+      differing = Registry.differing_keys(registered, options)
+      raise Registry.mismatch(key, differing) unless differing.empty?
+
+      breaker
+    end
+
+    # A snapshot of the registry: a frozen Hash of name (String) => breaker,
+    # in registration order. Later registrations do not change it.
+    #
+    # @example
+    #   CircuitBreaker.registry.each { |name, breaker| puts "#{name}: #{breaker.state}" }
+    #   CircuitBreaker.registry["payments"]  # => #<CircuitBreaker "payments" state=closed ...>
+    # @return [Hash{String => CircuitBreaker}]
+    def registry
+      Registry::LOCK.synchronize { Registry::ENTRIES.transform_values(&:first) }.freeze
+    end
+
+    # Resets every registered breaker (`reset!`: closed, window emptied),
+    # for test suites. Their listeners run, outside the registry's lock.
+    #
+    # @example In spec_helper.rb
+    #   RSpec.configure { |c| c.before { CircuitBreaker.reset_all! } }
+    # @return [nil]
+    def reset_all!
+      registry.each_value(&:reset!)
+      nil
+    end
+
+    # Empties the registry, for test suites that build breakers with
+    # per-example options (a fresh ManualClock, say): the next
+    # {CircuitBreaker.for} of a name creates a new breaker. Breakers already
+    # handed out keep working, unregistered.
+    #
+    # @example In spec_helper.rb
+    #   RSpec.configure { |c| c.after { CircuitBreaker.forget_all! } }
+    # @return [nil]
+    def forget_all!
+      Registry::LOCK.synchronize { Registry::ENTRIES.clear }
+      nil
+    end
+  end
+end
