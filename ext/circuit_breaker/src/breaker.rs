@@ -44,8 +44,8 @@ pub struct Breaker {
     clock: ClockSource,
     name: Option<Opaque<RString>>,
     window: Opaque<Value>,
-    record_errors: Vec<Opaque<Value>>,
-    ignore_errors: Vec<Opaque<Value>>,
+    record_errors: Matchers,
+    ignore_errors: Matchers,
     failure_if: Option<Opaque<Value>>,
     /// Set once an `on_reject` listener exists: only then does a rejection
     /// call into Ruby (besides ActiveSupport::Notifications, checked apart).
@@ -59,25 +59,33 @@ impl DataTypeFunctions for Breaker {
         if let Some(n) = self.name {
             marker.mark(n);
         }
-        for &v in self.record_errors.iter().chain(&self.ignore_errors).chain(&self.failure_if) {
-            marker.mark(v);
+        self.record_errors.mark(marker);
+        self.ignore_errors.mark(marker);
+        if let Some(f) = self.failure_if {
+            marker.mark(f);
         }
     }
 }
 
-static TIMEOUT_ERRORS: Lazy<RArray> = Lazy::new(|ruby| {
-    // Timeout::Error, and Timeout::ExitException where the timeout gem has it.
-    let list = ruby.ary_new();
-    if let Ok(timeout) = ruby.class_object().const_get::<_, magnus::RModule>("Timeout") {
-        for name in ["Error", "ExitException"] {
-            if let Ok(class) = timeout.const_get::<_, Value>(name) {
-                let _ = list.push(class);
+/// Timeout::Error, and Timeout::ExitException where the timeout gem has it
+/// (lib/circuit_breaker.rb requires "timeout" before loading this library).
+static TIMEOUT_CLASSES: std::sync::OnceLock<Vec<rb_sys::VALUE>> = std::sync::OnceLock::new();
+
+fn timeout_classes(ruby: &Ruby) -> &'static [rb_sys::VALUE] {
+    TIMEOUT_CLASSES.get_or_init(|| {
+        let mut list = Vec::new();
+        if let Ok(timeout) = ruby.class_object().const_get::<_, magnus::RModule>("Timeout") {
+            for name in ["Error", "ExitException"] {
+                if let Ok(class) = timeout.const_get::<_, RClass>(name) {
+                    // Pinned for good: the raw handle must never move.
+                    ruby.gc_register_mark_object(class);
+                    list.push(class.as_raw());
+                }
             }
         }
-    }
-    list.freeze();
-    list
-});
+        list
+    })
+}
 
 static EMPTY_BACKTRACE: Lazy<RArray> = Lazy::new(|ruby| {
     let a = ruby.ary_new();
@@ -126,19 +134,38 @@ fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
     t.map_or_else(|| ruby.qnil().as_value(), |n| secs_from_nanos(n).into_value_with(ruby))
 }
 
+static KEYS: [LazyId; 10] = [
+    LazyId::new("state"),
+    LazyId::new("total"),
+    LazyId::new("failures"),
+    LazyId::new("slow_calls"),
+    LazyId::new("error_rate"),
+    LazyId::new("slow_call_rate"),
+    LazyId::new("rejected"),
+    LazyId::new("stage"),
+    LazyId::new("admit_share"),
+    LazyId::new("retry_after"),
+];
+
 /// The frozen Hash of SPEC §3.5.
 fn metrics_hash(ruby: &Ruby, m: &Metrics) -> Result<RHash, Error> {
+    let values = [
+        state_sym(ruby, m.state).as_value(),
+        m.counts.total.into_value_with(ruby),
+        m.counts.failures.into_value_with(ruby),
+        m.counts.slow_calls.into_value_with(ruby),
+        m.counts.error_rate().into_value_with(ruby),
+        m.counts.slow_call_rate().into_value_with(ruby),
+        m.rejected.into_value_with(ruby),
+        m.stage.into_value_with(ruby),
+        m.admit_share.into_value_with(ruby),
+        secs_value(ruby, m.retry_after),
+    ];
     let h = ruby.hash_new();
-    h.aset(ruby.to_symbol("state"), state_sym(ruby, m.state))?;
-    h.aset(ruby.to_symbol("total"), m.counts.total)?;
-    h.aset(ruby.to_symbol("failures"), m.counts.failures)?;
-    h.aset(ruby.to_symbol("slow_calls"), m.counts.slow_calls)?;
-    h.aset(ruby.to_symbol("error_rate"), m.counts.error_rate())?;
-    h.aset(ruby.to_symbol("slow_call_rate"), m.counts.slow_call_rate())?;
-    h.aset(ruby.to_symbol("rejected"), m.rejected)?;
-    h.aset(ruby.to_symbol("stage"), m.stage)?;
-    h.aset(ruby.to_symbol("admit_share"), m.admit_share)?;
-    h.aset(ruby.to_symbol("retry_after"), secs_value(ruby, m.retry_after))?;
+    for (key, value) in KEYS.iter().zip(values) {
+        let key: OpaqueId = **key;
+        h.aset(key.into_symbol_with(ruby), value)?;
+    }
     h.freeze();
     Ok(h)
 }
@@ -233,28 +260,68 @@ fn aliased(
     }
 }
 
-/// `record_errors:` / `ignore_errors:`: an Array of Exception classes (or
-/// modules) and callables.
-fn matchers(ruby: &Ruby, name: &str, v: Option<Value>, default: Vec<Value>) -> Result<Vec<Opaque<Value>>, Error> {
-    const WHAT: &str = "an Array of Exception classes or Procs";
-    let Some(v) = v else { return Ok(default.into_iter().map(Opaque::from).collect()) };
-    let Some(ary) = RArray::from_value(v) else {
-        return Err(type_error(ruby, name, WHAT, v));
-    };
-    let exception = ruby.exception_exception();
-    ary.into_iter()
-        .map(|m| {
-            let ok = match RClass::from_value(m) {
-                Some(class) => class.is_inherited(exception),
-                None => m.is_kind_of(ruby.class_module()) || m.respond_to(*ID_CALL, false)?,
-            };
-            if ok {
-                Ok(Opaque::from(m))
-            } else {
-                Err(type_error(ruby, name, WHAT, m))
+/// `record_errors:` / `ignore_errors:` sorted for matching: classes and
+/// modules as raw handles (pinned by the breaker's mark function, so they
+/// never move), callables apart.
+#[derive(Default)]
+struct Matchers {
+    modules: Vec<rb_sys::VALUE>,
+    callables: Vec<Opaque<Value>>,
+}
+
+impl Matchers {
+    /// An Array of Exception classes (or modules) and callables.
+    fn parse(ruby: &Ruby, name: &str, v: Option<Value>, default: Option<Value>) -> Result<Self, Error> {
+        const WHAT: &str = "an Array of Exception classes or Procs";
+        let mut m = Matchers::default();
+        let Some(v) = v else {
+            m.modules.extend(default.map(|d| d.as_raw()));
+            return Ok(m);
+        };
+        let Some(ary) = RArray::from_value(v) else {
+            return Err(type_error(ruby, name, WHAT, v));
+        };
+        let exception = ruby.exception_exception();
+        for item in ary {
+            match RClass::from_value(item) {
+                Some(class) if class.is_inherited(exception) => m.modules.push(item.as_raw()),
+                Some(_) => return Err(type_error(ruby, name, WHAT, item)),
+                None if item.is_kind_of(ruby.class_module()) => m.modules.push(item.as_raw()),
+                None if item.respond_to(*ID_CALL, false)? => m.callables.push(Opaque::from(item)),
+                None => return Err(type_error(ruby, name, WHAT, item)),
             }
-        })
-        .collect()
+        }
+        Ok(m)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.modules.is_empty() && self.callables.is_empty()
+    }
+
+    /// Whether `ex` is a kind of one of the modules, or a callable returns
+    /// truthy for it. A callable that raises makes the error.
+    fn hit(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
+        if self.modules.iter().any(|&m| kind_of(ex, m)) {
+            return Ok(true);
+        }
+        for &c in &self.callables {
+            if ruby.get_inner(c).funcall::<_, _, Value>(*ID_CALL, (ex,))?.to_bool() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn mark(&self, marker: &magnus::gc::Marker) {
+        for &m in &self.modules {
+            // SAFETY: a handle taken from a live module in `parse`, kept
+            // alive (and pinned) by this very mark.
+            marker.mark(unsafe { Value::from_raw(m) });
+        }
+        for &c in &self.callables {
+            marker.mark(c);
+        }
+    }
 }
 
 fn callable(ruby: &Ruby, name: &str, v: Option<Value>) -> Result<Option<Opaque<Value>>, Error> {
@@ -266,28 +333,12 @@ fn callable(ruby: &Ruby, name: &str, v: Option<Value>) -> Result<Option<Opaque<V
     }
 }
 
-/// Whether `ex` is a kind of `module` (a class or a module).
-fn kind_of(ex: Exception, module: Value) -> bool {
+/// Whether `ex` is a kind of `module` (a raw handle of a class or module).
+fn kind_of(ex: Exception, module: rb_sys::VALUE) -> bool {
     // SAFETY: both are live objects; rb_obj_is_kind_of raises only when
-    // `module` is not a Module, which `matchers` and TIMEOUT_ERRORS ensure.
-    unsafe { rb_sys::rb_obj_is_kind_of(ex.as_raw(), module.as_raw()) != rb_sys::Qfalse as rb_sys::VALUE }
-}
-
-/// Whether `ex` matches one of `matchers` (a class or module it is a kind
-/// of, or a callable returning truthy). A callable that raises makes the error.
-fn matches(ruby: &Ruby, ex: Exception, matchers: &[Opaque<Value>]) -> Result<bool, Error> {
-    for &m in matchers {
-        let m = ruby.get_inner(m);
-        let hit = if m.is_kind_of(ruby.class_module()) {
-            kind_of(ex, m)
-        } else {
-            m.funcall::<_, _, Value>(*ID_CALL, (ex,))?.to_bool()
-        };
-        if hit {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    // `module` is not a Module, which `Matchers::parse` and
+    // `timeout_classes` ensure.
+    unsafe { rb_sys::rb_obj_is_kind_of(ex.as_raw(), module) != rb_sys::Qfalse as rb_sys::VALUE }
 }
 
 impl Breaker {
@@ -347,13 +398,20 @@ impl Breaker {
         float("advance_rate", g.advance_rate, &mut o.advance_rate)?;
         opt_float("reopen_rate", g.reopen_rate, &mut o.reopen_rate)?;
         opt_float("half_open_timeout", g.half_open_timeout, &mut o.half_open_timeout)?;
+        if g.half_open_timeout.is_none() && g.shared.is_some_and(|v| !v.is_nil()) {
+            // A worker killed during a probe cannot give its slot back: in a
+            // shared breaker a stage times out after open_duration unless
+            // told otherwise (an explicit nil keeps stages unbounded).
+            o.half_open_timeout = Some(o.open_duration);
+        }
         float("backoff", g.backoff, &mut o.backoff)?;
         opt_float("max_open_duration", g.max_open_duration, &mut o.max_open_duration)?;
         float("jitter", g.jitter, &mut o.jitter)?;
         let cfg = Config::new(&o).map_err(|e| config_error(ruby, e))?;
 
-        let record_errors = matchers(ruby, "record_errors", g.record_errors, vec![ruby.exception_standard_error().as_value()])?;
-        let ignore_errors = matchers(ruby, "ignore_errors", g.ignore_errors, Vec::new())?;
+        let standard_error = ruby.exception_standard_error().as_value();
+        let record_errors = Matchers::parse(ruby, "record_errors", g.record_errors, Some(standard_error))?;
+        let ignore_errors = Matchers::parse(ruby, "ignore_errors", g.ignore_errors, None)?;
         let failure_if = callable(ruby, "failure_if", g.failure_if)?;
         let name = match g.name {
             None => None,
@@ -369,14 +427,20 @@ impl Breaker {
         let shared_key = match g.shared {
             None => None,
             Some(v) if v.is_nil() => None,
-            Some(v) => match (RString::from_value(v), Symbol::from_value(v)) {
-                (Some(s), _) => Some(s.to_string()?),
-                (None, Some(sym)) => Some(sym.name()?.into_owned()),
-                _ => return Err(type_error(ruby, "shared", "nil, a String or a Symbol", v)),
-            },
+            Some(v) => {
+                let key = match (RString::from_value(v), Symbol::from_value(v)) {
+                    (Some(s), _) => s,
+                    (None, Some(sym)) => ruby.str_new(&sym.name()?),
+                    _ => return Err(type_error(ruby, "shared", "nil, a String or a Symbol", v)),
+                };
+                if key.is_empty() {
+                    return Err(arg_error(ruby, "shared must be a non-empty String or Symbol (got \"\")".to_owned()));
+                }
+                Some(key)
+            }
         };
-        let name = match (name, &shared_key) {
-            (None, Some(key)) => Some(Opaque::from(RString::new_frozen(ruby.str_new(key)))),
+        let name = match (name, shared_key) {
+            (None, Some(key)) => Some(Opaque::from(RString::new_frozen(key))),
             (name, _) => name,
         };
 
@@ -385,11 +449,13 @@ impl Breaker {
             Some(v) => shared_of(ruby, v)?.ok_or_else(|| arg_error(ruby, "window: is nil".to_owned()))?,
             None => default_shared(ruby)?,
         };
-        let clock = clock.unwrap_or(ClockSource::Monotonic);
-        let (shared, window) = match &shared_key {
+        let clock = clock.unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
+        let (shared, window) = match shared_key {
             // The given window is only a template: the live one is in the file.
             Some(key) => {
-                let mapped = template.mapped(ruby, &default_path(key), cfg.fingerprint())?;
+                // SAFETY: the bytes are copied before any Ruby code runs.
+                let path = default_path(unsafe { key.as_slice() });
+                let mapped = template.mapped(ruby, &path, cfg.fingerprint())?;
                 let _ = mapped.clock.set(clock.clone());
                 mapped.attach();
                 let window = crate::window::wrap(ruby, mapped.clone());
@@ -536,14 +602,13 @@ impl Breaker {
     /// Whether a raised exception is recorded as a failure (true) or passes
     /// through unrecorded (false).
     fn classify(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
-        if !self.ignore_errors.is_empty() && matches(ruby, ex, &self.ignore_errors)? {
+        if !self.ignore_errors.is_empty() && self.ignore_errors.hit(ruby, ex)? {
             return Ok(false);
         }
-        let timeouts = ruby.get_inner(&TIMEOUT_ERRORS);
-        if timeouts.into_iter().any(|t| kind_of(ex, t)) {
+        if timeout_classes(ruby).iter().any(|&t| kind_of(ex, t)) {
             return Ok(true);
         }
-        matches(ruby, ex, &self.record_errors)
+        self.record_errors.hit(ruby, ex)
     }
 
     /// `allow?`'s native half: a permit (Integer) or nil when rejected.
@@ -627,8 +692,9 @@ impl Breaker {
         self.shared.hold_lock_for_test(ms.min(60_000));
     }
 
-    fn shared_path(key: String) -> String {
-        default_path(&key).display().to_string()
+    fn shared_path(key: RString) -> String {
+        // SAFETY: the bytes are copied before any Ruby code runs.
+        default_path(unsafe { key.as_slice() }).display().to_string()
     }
 
     fn set_notify_rejects(&self, on: bool) {
@@ -664,7 +730,7 @@ fn resume_raise(ex: Exception) -> ! {
 fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! {
     struct Pending {
         breaker: Obj<Breaker>,
-        tr: Transitions,
+        tr: std::mem::ManuallyDrop<Transitions>,
     }
     unsafe extern "C" fn body(tag: rb_sys::VALUE) -> rb_sys::VALUE {
         // SAFETY: the jump that rb_protect caught is still pending in the
@@ -674,13 +740,15 @@ fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! 
     unsafe extern "C" fn notify(data: rb_sys::VALUE) -> rb_sys::VALUE {
         // SAFETY: `data` points at the `Pending` on the stack of
         // `resume_jump_notifying`, which rb_ensure has not yet unwound.
-        let pending = unsafe { &*(data as *const Pending) };
+        let pending = unsafe { &mut *(data as *mut Pending) };
         if let Ok(ruby) = Ruby::get() {
             Breaker::notify(&ruby, pending.breaker, &pending.tr);
         }
+        // SAFETY: runs once; the jump then leaves the frame that owns it.
+        unsafe { std::mem::ManuallyDrop::drop(&mut pending.tr) };
         rb_sys::Qnil as rb_sys::VALUE
     }
-    let pending = Pending { breaker: rb_self, tr };
+    let mut pending = Pending { breaker: rb_self, tr: std::mem::ManuallyDrop::new(tr) };
     // SAFETY: both functions follow rb_ensure's contract; `pending` is
     // plain data (no destructor is skipped when the jump leaves this frame).
     unsafe {
@@ -688,7 +756,7 @@ fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! 
             Some(body),
             tag as i32 as rb_sys::VALUE,
             Some(notify),
-            &pending as *const Pending as rb_sys::VALUE,
+            &mut pending as *mut Pending as rb_sys::VALUE,
         );
     }
     unreachable!("rb_ensure resumes the jump")

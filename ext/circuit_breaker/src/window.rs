@@ -88,6 +88,13 @@ impl Shared {
         }
     }
 
+    /// The window's slow-call threshold.
+    pub fn slow_threshold_ms(&self) -> f64 {
+        match self.spec {
+            WindowSpec::Count { slow_threshold_ms, .. } | WindowSpec::Time { slow_threshold_ms, .. } => slow_threshold_ms,
+        }
+    }
+
     pub fn now(&self) -> Nanos {
         self.clock.get().map_or_else(|| ClockSource::Monotonic.now(), ClockSource::now)
     }
@@ -240,9 +247,7 @@ impl TimeWindow {
 }
 
 fn slow_threshold_ms<T: WindowObject>(rb_self: &T) -> f64 {
-    match rb_self.shared().spec {
-        WindowSpec::Count { slow_threshold_ms, .. } | WindowSpec::Time { slow_threshold_ms, .. } => slow_threshold_ms,
-    }
+    rb_self.shared().slow_threshold_ms()
 }
 
 fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Result<Obj<T>, Error> {

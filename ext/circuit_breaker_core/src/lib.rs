@@ -15,7 +15,7 @@ pub mod shm;
 pub mod state;
 pub mod window;
 
-pub use clock::{Clock, ManualClock, MonotonicClock, Nanos};
+pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Nanos};
 pub use config::{Config, ConfigError, Options};
 pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
 pub use record::{HeapRecord, Layout, Record, WindowSpec};

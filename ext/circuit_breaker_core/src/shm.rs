@@ -135,14 +135,14 @@ impl crate::config::Config {
 /// else `/dev/shm` (memory, gone at reboot), else the temporary directory;
 /// the file name holds the user id (files are private to their user) and
 /// the key, with bytes other than `[A-Za-z0-9_.-]` escaped as `%XX`.
-pub fn default_path(key: &str) -> std::path::PathBuf {
+pub fn default_path(key: &[u8]) -> std::path::PathBuf {
     let dir = match std::env::var_os("CIRCUIT_BREAKER_SHM_DIR") {
         Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
         _ if Path::new("/dev/shm").is_dir() => std::path::PathBuf::from("/dev/shm"),
         _ => std::env::temp_dir(),
     };
     let mut name = String::new();
-    for b in key.bytes() {
+    for &b in key {
         if b.is_ascii_alphanumeric() || b"_.-".contains(&b) {
             name.push(b as char);
         } else {
@@ -169,7 +169,9 @@ impl MappedRecord {
         // SAFETY: plain system calls on a descriptor this function owns and
         // closes on every path; the mapping is checked before use.
         unsafe {
-            let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600);
+            // O_NOFOLLOW: a link planted at the path by someone else is refused.
+            let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+            let fd = libc::open(cpath.as_ptr(), flags, 0o600);
             if fd < 0 {
                 return Err(os_error(format!("cannot open {shown}")));
             }
@@ -200,7 +202,16 @@ impl MappedRecord {
             if libc::fstat(fd, st.as_mut_ptr()) != 0 {
                 return Err(os_error(format!("cannot stat {shown}")));
             }
-            let existing = st.assume_init().st_size as usize;
+            let st = st.assume_init();
+            // Only a private regular file of ours: another user's file (in a
+            // world-writable directory such as /dev/shm) could be read,
+            // changed or truncated under us.
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != libc::geteuid() || st.st_mode & 0o077 != 0 {
+                return Err(ShmError::Mismatch(format!(
+                    "{shown} must be a regular file owned by this user and private to it (mode 0600)"
+                )));
+            }
+            let existing = st.st_size as usize;
             if existing != 0 && existing != len {
                 return Err(ShmError::Mismatch(format!(
                     "{shown} holds a breaker of another layout or window size ({existing} bytes, expected {len})"
@@ -356,6 +367,19 @@ mod tests {
     }
 
     #[test]
+    fn a_link_or_a_file_open_to_others_is_refused() {
+        let p = path("link");
+        std::os::unix::fs::symlink("/tmp/cb-link-target-never-created", &p).unwrap();
+        assert!(MappedRecord::open(&p, &SPEC, 7, 1).is_err());
+        let _ = std::fs::remove_file(&p);
+        std::fs::write(&p, b"").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(matches!(MappedRecord::open(&p, &SPEC, 7, 1), Err(ShmError::Mismatch(_))));
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
     fn an_unwritable_place_is_an_io_error() {
         let p = Path::new("/proc/cb-cannot-create-here");
         assert!(matches!(MappedRecord::open(p, &SPEC, 7, 1), Err(ShmError::Io { .. })));
@@ -363,7 +387,7 @@ mod tests {
 
     #[test]
     fn paths_escape_what_a_file_name_cannot_hold() {
-        let p = default_path("pay/ments ü");
+        let p = default_path("pay/ments ü".as_bytes());
         let name = p.file_name().unwrap().to_str().unwrap().to_owned();
         assert!(name.ends_with("-pay%2Fments%20%C3%BC"), "{name}");
     }

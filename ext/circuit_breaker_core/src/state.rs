@@ -131,24 +131,27 @@ pub struct Transition {
 }
 
 /// The state changes of one step: at most two (a timer, then the step's own).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Transitions([Option<Transition>; 2]);
+/// Boxed: a step usually changes nothing, and then this is one empty word
+/// (the hot path returns it from every step).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Transitions(Option<Box<[Option<Transition>; 2]>>);
 
 impl Transitions {
     fn push(&mut self, t: Transition) {
-        if let Some(slot) = self.0.iter_mut().find(|s| s.is_none()) {
+        let slots = self.0.get_or_insert_with(Default::default);
+        if let Some(slot) = slots.iter_mut().find(|s| s.is_none()) {
             *slot = Some(t);
         }
     }
 
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.0[0].is_none()
+        self.0.is_none()
     }
 
     /// The changes, oldest first.
     pub fn iter(&self) -> impl Iterator<Item = &Transition> {
-        self.0.iter().flatten()
+        self.0.iter().flat_map(|slots| slots.iter().flatten())
     }
 }
 

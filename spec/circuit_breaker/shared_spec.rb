@@ -1,0 +1,254 @@
+# frozen_string_literal: true
+
+# `shared:` within one process: two breaker objects opened under one name
+# are views of one breaker in a mapped file. The cross-process behaviour
+# (fork, kill -9, foreign files) is in spec/integration/shared_spec.rb.
+RSpec.describe CircuitBreaker, "shared: within one process" do
+  # A shared name of this process only, and the files to delete afterwards.
+  def shared_name(label = "unit")
+    @shared_seq = (@shared_seq || 0) + 1
+    name = "spec-#{label}-#{Process.pid}-#{@shared_seq}-#{rand(1 << 32)}"
+    (@shared_names ||= []) << name
+    name
+  end
+
+  after do
+    (@shared_names || []).each do |name|
+      File.delete(CircuitBreaker.shared_path(name))
+    rescue SystemCallError
+      nil
+    end
+  end
+
+  let(:clock) { CircuitBreaker::ManualClock.new }
+  let(:options) do
+    { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 4, open_duration: 5,
+      half_open_calls: 1, clock: clock }
+  end
+
+  def fail_once(breaker)
+    breaker.call { raise BreakerHelpers::Boom, "down" }
+  rescue BreakerHelpers::Boom
+    nil
+  end
+
+  describe "two breakers opened with the same name" do
+    let(:key) { shared_name }
+    let(:first) { described_class.new(**options, shared: key) }
+    let(:second) { described_class.new(**options, shared: key) }
+
+    it "count the calls of both in one window" do
+      first.call { :ok }
+      fail_once(second)
+
+      [first, second].each do |b|
+        expect(b.metrics).to include(total: 2, failures: 1)
+        expect(b.window.total).to eq(2)
+        expect(b.window.failures).to eq(1)
+      end
+    end
+
+    it "are tripped together, and share the count of rejected calls" do
+      4.times { fail_once(first) }
+      expect(second.state).to eq(:open)
+
+      ran = false
+      expect { second.call { ran = true } }.to raise_error(CircuitBreaker::OpenError)
+      expect(ran).to be(false)
+      expect { first.call { ran = true } }.to raise_error(CircuitBreaker::OpenError)
+      expect(first.metrics[:rejected]).to eq(2)
+      expect(second.metrics[:rejected]).to eq(2)
+    end
+
+    it "share the half-open probe quota" do
+      4.times { fail_once(first) }
+      clock.advance(5)
+
+      expect(first.allow?).to be(true)   # the one probe of the stage
+      expect(second.allow?).to be(false) # none left for the other object
+      first.record_success
+      expect(second.state).to eq(:closed)
+    end
+
+    it "share manual control" do
+      first.force_open!
+      expect(second.state).to eq(:forced_open)
+      second.reset!
+      expect(first.state).to eq(:closed)
+    end
+
+    it "fire each object's listeners only for the transitions it caused" do
+      seen_first = transitions_of(first)
+      seen_second = transitions_of(second)
+
+      4.times { fail_once(first) }
+      expect(moves(seen_first)).to eq([%i[closed open error_rate]])
+      expect(seen_second).to be_empty
+
+      clock.advance(5)
+      expect(second.state).to eq(:half_open) # noticed by the second object
+      expect(moves(seen_second)).to eq([%i[open half_open cool_down_elapsed]])
+      expect(moves(seen_first)).to eq([%i[closed open error_rate]])
+    end
+  end
+
+  describe "the window: argument" do
+    it "is a template: the breaker's window is the live one in the file" do
+      template = CircuitBreaker::SlidingWindow.new(size: 10, slow_threshold_ms: 50)
+      breaker = described_class.new(**options, window: template, shared: shared_name)
+      breaker.call { clock.advance(0.06) }
+
+      expect(breaker.window).not_to equal(template)
+      expect(breaker.window).to be_a(CircuitBreaker::SlidingWindow)
+      expect(breaker.window.size).to eq(10)
+      expect(breaker.window.slow_threshold_ms).to eq(50)
+      expect(breaker.window.slow_calls).to eq(1)
+      expect(template.total).to eq(0)
+    end
+
+    it "may serve as the template of several shared breakers" do
+      template = CircuitBreaker::SlidingWindow.new(size: 10)
+      a = described_class.new(**options, window: template, shared: shared_name)
+      b = described_class.new(**options, window: template, shared: shared_name)
+      a.call { :ok }
+
+      expect([a.window.total, b.window.total]).to eq([1, 0])
+    end
+
+    it "may be a TimeWindow, whose buckets expire on the breaker's clock" do
+      key = shared_name
+      template = CircuitBreaker::TimeWindow.new(seconds: 10, buckets: 10)
+      a = described_class.new(**options, window: template, shared: key)
+      b = described_class.new(**options, window: template, shared: key)
+      a.call { :ok }
+      fail_once(b)
+
+      expect(b.window).to be_a(CircuitBreaker::TimeWindow)
+      expect([a.window.seconds, a.window.buckets]).to eq([10, 10])
+      expect(a.window.total).to eq(2)
+      expect(b.metrics).to include(total: 2, failures: 1)
+
+      clock.advance(11)
+      expect(a.window.total).to eq(0)
+      expect(b.metrics[:total]).to eq(0)
+    end
+
+    it "defaults to a SlidingWindow of 100 calls" do
+      breaker = described_class.new(shared: shared_name)
+
+      expect(breaker.window).to be_a(CircuitBreaker::SlidingWindow)
+      expect(breaker.window.size).to eq(100)
+    end
+  end
+
+  describe ".shared_path" do
+    let(:uid) { Process.uid }
+
+    around do |example|
+      saved = ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", nil)
+      ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
+      example.run
+    ensure
+      saved ? ENV["CIRCUIT_BREAKER_SHM_DIR"] = saved : ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
+    end
+
+    it "names a file of this user under /dev/shm" do
+      skip "no /dev/shm here" unless File.directory?("/dev/shm")
+
+      expect(described_class.shared_path("payments")).to eq("/dev/shm/circuit_breaker-#{uid}-payments")
+    end
+
+    it "escapes every byte a file name should not hold" do
+      path = described_class.shared_path("pay/ments ü%")
+
+      expect(File.basename(path)).to eq("circuit_breaker-#{uid}-pay%2Fments%20%C3%BC%25")
+      expect(File.basename(described_class.shared_path("a-b_c.9"))).to eq("circuit_breaker-#{uid}-a-b_c.9")
+      expect(File.basename(described_class.shared_path("../x"))).to eq("circuit_breaker-#{uid}-..%2Fx")
+    end
+
+    it "follows $CIRCUIT_BREAKER_SHM_DIR" do
+      ENV["CIRCUIT_BREAKER_SHM_DIR"] = "/var/run/breakers"
+
+      expect(described_class.shared_path("payments")).to eq("/var/run/breakers/circuit_breaker-#{uid}-payments")
+    end
+
+    it "is where the breaker's file is created, private to its user" do
+      key = shared_name
+      path = described_class.shared_path(key)
+      expect(File.exist?(path)).to be(false)
+
+      described_class.new(shared: key)
+
+      expect(File.file?(path)).to be(true)
+      expect(File.stat(path).mode & 0o777).to eq(0o600)
+      expect(File.stat(path).uid).to eq(uid)
+    end
+  end
+
+  describe "the name" do
+    it "defaults to the shared key" do
+      key = shared_name
+      expect(described_class.new(shared: key).name).to eq(key)
+    end
+
+    it "defaults to a Symbol key's String" do
+      key = shared_name
+      expect(described_class.new(shared: key.to_sym).name).to eq(key)
+      expect(File.exist?(described_class.shared_path(key))).to be(true)
+    end
+
+    it "may differ from the key, and appears in OpenError" do
+      key = shared_name
+      breaker = described_class.new(**options, shared: key, name: "payments")
+      4.times { fail_once(breaker) }
+
+      expect(breaker.name).to eq("payments")
+      expect { breaker.call { :ok } }.to raise_error(CircuitBreaker::OpenError) { |e| expect(e.breaker_name).to eq("payments") }
+    end
+  end
+
+  describe "the shared: argument" do
+    it "nil means a breaker of this object only" do
+      a = described_class.new(**options, shared: nil)
+      b = described_class.new(**options.merge(window: CircuitBreaker::SlidingWindow.new(size: 10)), shared: nil)
+      4.times { fail_once(a) }
+
+      expect(b.state).to eq(:closed)
+    end
+
+    it "must be a String or a Symbol" do
+      expect { described_class.new(shared: 5) }.to raise_error(TypeError, /shared/)
+      expect { described_class.new(shared: ["payments"]) }.to raise_error(TypeError, /shared/)
+    end
+
+    it "must not be empty, and may hold any bytes" do
+      expect { described_class.new(shared: "") }.to raise_error(ArgumentError, /shared must be a non-empty/)
+      key = "#{shared_name}-\xff".b
+      expect(described_class.new(shared: key).state).to eq(:closed)
+    ensure
+      File.delete(described_class.shared_path(key)) if key && File.exist?(described_class.shared_path(key))
+    end
+  end
+
+  describe "half-open stages of a shared breaker" do
+    it "time out after open_duration by default, so a worker killed mid-probe cannot pin them" do
+      breaker = described_class.new(**options, shared: shared_name)
+      4.times { fail_once(breaker) }
+      clock.advance(5)
+      expect(breaker.allow?).to be(true) # a probe that never reports back
+      clock.advance(5)
+
+      expect(breaker.state).to eq(:open)
+    end
+
+    it "stay unbounded when half_open_timeout: nil is given" do
+      breaker = described_class.new(**options, half_open_timeout: nil, shared: shared_name)
+      4.times { fail_once(breaker) }
+      clock.advance(5)
+      expect(breaker.allow?).to be(true)
+      clock.advance(500)
+
+      expect(breaker.state).to eq(:half_open)
+    end
+  end
+end
