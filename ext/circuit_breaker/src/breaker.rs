@@ -498,14 +498,15 @@ impl Breaker {
     }
 
     /// Runs the Ruby listeners of `tr` (no lock held, no jump pending).
-    fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) {
+    /// `__transition` reports a listener's StandardError itself; what gets
+    /// through (Interrupt, Thread#kill, a throw) must go on to the caller.
+    fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) -> Result<(), Error> {
         for t in tr.iter() {
-            let Ok(metrics) = metrics_hash(ruby, &t.metrics) else { continue };
+            let metrics = metrics_hash(ruby, &t.metrics)?;
             let args = (state_sym(ruby, t.from), state_sym(ruby, t.to), reason_sym(ruby, t.reason), metrics);
-            // `__transition` reports listener errors itself; nothing it
-            // raises may reach the caller of `call`.
-            let _ = rb_self.funcall::<_, _, Value>(*ID_TRANSITION, args);
+            rb_self.funcall::<_, _, Value>(*ID_TRANSITION, args)?;
         }
+        Ok(())
     }
 
     fn open_error(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
@@ -534,7 +535,8 @@ impl Breaker {
     fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
         let ex = Self::open_error(ruby, rb_self, r)?;
         if rb_self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby) {
-            let _ = rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,));
+            // As in `notify`: only what the listeners' guard let through.
+            rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,))?;
         }
         Ok(ex)
     }
@@ -547,7 +549,7 @@ impl Breaker {
         let start = this.clock.now();
         let (decision, tr) = this.step(|b, w, c| b.acquire(w, c, start));
         if !tr.is_empty() {
-            Self::notify(ruby, rb_self, &tr);
+            Self::notify_or_release(ruby, rb_self, &tr, decision)?;
         }
         let permit = match decision {
             Decision::Allowed(p) => p,
@@ -587,7 +589,7 @@ impl Breaker {
                     resume_jump_notifying(rb_self, *tag, tr);
                 }
             }
-            Self::notify(ruby, rb_self, &tr);
+            Self::notify(ruby, rb_self, &tr)?;
         }
         match (raise_instead, result) {
             (Some(e), _) => Err(e),
@@ -615,7 +617,7 @@ impl Breaker {
     fn acquire(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Option<u64>, Error> {
         let now = rb_self.clock.now();
         let (decision, tr) = rb_self.step(|b, w, c| b.acquire(w, c, now));
-        Self::notify(ruby, rb_self, &tr);
+        Self::notify_or_release(ruby, rb_self, &tr, decision)?;
         match decision {
             Decision::Allowed(p) => Ok(Some(p.to_bits())),
             Decision::Rejected(r) => {
@@ -634,50 +636,65 @@ impl Breaker {
             Some(bits) => b.complete(w, c, Permit::from_bits(bits), outcome, now),
             None => b.record_unpermitted(w, c, outcome, now),
         });
-        Self::notify(ruby, rb_self, &tr);
-        Ok(())
+        Self::notify(ruby, rb_self, &tr)
     }
 
-    fn control(ruby: &Ruby, rb_self: Obj<Self>, op: fn(&mut CoreBreaker, &mut PlacedWindow, &Config, i64) -> Transitions) -> Obj<Self> {
+    /// Notifies `tr`; when that raises, a permit `decision` handed out is
+    /// given back before the error goes on (its call will never run).
+    fn notify_or_release(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions, decision: Decision) -> Result<(), Error> {
+        let result = Self::notify(ruby, rb_self, tr);
+        if let (Err(_), Decision::Allowed(p)) = (&result, decision) {
+            let now = rb_self.clock.now();
+            // A release decides nothing, so it has no transitions to report.
+            let _ = rb_self.step(|b, w, c| b.complete(w, c, p, Outcome::Released, now));
+        }
+        result
+    }
+
+    fn control(
+        ruby: &Ruby,
+        rb_self: Obj<Self>,
+        op: fn(&mut CoreBreaker, &mut PlacedWindow, &Config, i64) -> Transitions,
+    ) -> Result<Obj<Self>, Error> {
         let now = rb_self.clock.now();
         let tr = rb_self.step(|b, w, c| op(b, w, c, now));
-        Self::notify(ruby, rb_self, &tr);
-        rb_self
+        Self::notify(ruby, rb_self, &tr)?;
+        Ok(rb_self)
     }
 
-    fn trip(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+    fn trip(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
         Self::control(ruby, rb_self, |b, w, c, now| b.trip(w, c, now))
     }
 
-    fn reset(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+    fn reset(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
         Self::control(ruby, rb_self, |b, w, c, now| b.reset(w, c, now))
     }
 
-    fn force_open(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+    fn force_open(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
         Self::control(ruby, rb_self, |b, w, c, now| b.force_open(w, c, now))
     }
 
-    fn disable(ruby: &Ruby, rb_self: Obj<Self>) -> Obj<Self> {
+    fn disable(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
         Self::control(ruby, rb_self, |b, w, c, now| b.disable(w, c, now))
     }
 
-    fn snapshot(ruby: &Ruby, rb_self: Obj<Self>) -> Metrics {
+    fn snapshot(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Metrics, Error> {
         let now = rb_self.clock.now();
         let (m, tr) = rb_self.step(|b, w, c| b.metrics(w, c, now));
-        Self::notify(ruby, rb_self, &tr);
-        m
+        Self::notify(ruby, rb_self, &tr)?;
+        Ok(m)
     }
 
-    fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Symbol {
-        state_sym(ruby, Self::snapshot(ruby, rb_self).state)
+    fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Symbol, Error> {
+        Ok(state_sym(ruby, Self::snapshot(ruby, rb_self)?.state))
     }
 
     fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
-        metrics_hash(ruby, &Self::snapshot(ruby, rb_self))
+        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?)
     }
 
-    fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Value {
-        secs_value(ruby, Self::snapshot(ruby, rb_self).retry_after)
+    fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
+        Ok(secs_value(ruby, Self::snapshot(ruby, rb_self)?.retry_after))
     }
 
     fn name(ruby: &Ruby, rb_self: &Self) -> Option<RString> {
@@ -724,6 +741,22 @@ fn resume_raise(ex: Exception) -> ! {
     }
 }
 
+/// Raises `e` from a function that must not return (an ensure function).
+fn resume_error(e: Error) -> ! {
+    match e.error_type() {
+        ErrorType::Exception(ex) => resume_raise(*ex),
+        // SAFETY: the jump's state is still in the VM, as rb_protect left it.
+        ErrorType::Jump(tag) => unsafe { rb_sys::rb_jump_tag(*tag as i32) },
+        ErrorType::Error(class, message) => {
+            let ex = class.new_instance((message.as_ref(),)).unwrap_or_else(|e| match e.error_type() {
+                ErrorType::Exception(ex) => *ex,
+                _ => unreachable!("creating an exception raises an exception"),
+            });
+            resume_raise(ex)
+        }
+    }
+}
+
 /// Resumes the pending jump `tag` with the listeners of `tr` running in an
 /// ensure function, the way a Ruby `ensure` clause runs during a jump.
 /// Never returns: only plain data may be alive in the callers' frames.
@@ -741,11 +774,17 @@ fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! 
         // SAFETY: `data` points at the `Pending` on the stack of
         // `resume_jump_notifying`, which rb_ensure has not yet unwound.
         let pending = unsafe { &mut *(data as *mut Pending) };
-        if let Ok(ruby) = Ruby::get() {
-            Breaker::notify(&ruby, pending.breaker, &pending.tr);
-        }
+        let result = match Ruby::get() {
+            Ok(ruby) => Breaker::notify(&ruby, pending.breaker, &pending.tr),
+            Err(_) => Ok(()),
+        };
         // SAFETY: runs once; the jump then leaves the frame that owns it.
         unsafe { std::mem::ManuallyDrop::drop(&mut pending.tr) };
+        if let Err(e) = result {
+            // Like an exception raised in a Ruby `ensure`: it replaces the
+            // pending jump.
+            resume_error(e);
+        }
         rb_sys::Qnil as rb_sys::VALUE
     }
     let mut pending = Pending { breaker: rb_self, tr: std::mem::ManuallyDrop::new(tr) };
