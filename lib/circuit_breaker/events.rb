@@ -38,9 +38,11 @@ class CircuitBreaker
 
     private
 
-    def __transition(from, to, reason, metrics)
+    # `error_rate` and `slow_call_rate` are the window's just before the
+    # transition (entering open empties it): what opened the breaker.
+    def __transition(from, to, reason, metrics, error_rate, slow_call_rate)
       event = StateChange.new(from: from, to: to, name: name, reason: reason, metrics: metrics)
-      __log(event)
+      __log(event, error_rate, slow_call_rate)
       @state_listeners&.each { |l| __guard("on_state_change") { l.call(event) } }
       __instrument("state_change.circuit_breaker", event.to_h)
       nil
@@ -53,14 +55,13 @@ class CircuitBreaker
       nil
     end
 
-    def __log(event)
+    def __log(event, error_rate, slow_call_rate)
       return unless @logger
 
       __guard("logger") do
-        m = event.metrics
         text = format("circuit %s: %s -> %s (%s; error rate %.1f%%, slow-call rate %.1f%%)",
                       (name || "(unnamed)").inspect, event.from, event.to, event.reason,
-                      m[:error_rate] * 100, m[:slow_call_rate] * 100)
+                      error_rate * 100, slow_call_rate * 100)
         event.to == :open || event.to == :forced_open ? @logger.warn(text) : @logger.info(text)
       end
     end

@@ -381,7 +381,7 @@ impl Breaker {
                     return Err(arg_error(ruby, "give ramp: or its alias probe_ratio:, not both".to_owned()));
                 }
                 let r = args::float(ruby, "probe_ratio", r)?;
-                o.ramp = vec![r];
+                o.ramp = vec![circuit_breaker_core::config::probe_ratio(r).map_err(|e| config_error(ruby, e))?];
                 if let Some(w) = w {
                     if g.half_open_calls.is_some() {
                         return Err(arg_error(
@@ -407,7 +407,15 @@ impl Breaker {
         float("backoff", g.backoff, &mut o.backoff)?;
         opt_float("max_open_duration", g.max_open_duration, &mut o.max_open_duration)?;
         float("jitter", g.jitter, &mut o.jitter)?;
-        let cfg = Config::new(&o).map_err(|e| config_error(ruby, e))?;
+        let cfg = Config::new(&o).map_err(|mut e| {
+            // Name the option as the caller spelled it.
+            match e.name {
+                "error_rate_threshold" if g.threshold.is_some_and(|v| !v.is_nil()) => e.name = "threshold",
+                "open_duration" if g.retry_time.is_some_and(|v| !v.is_nil()) => e.name = "retry_time",
+                _ => {}
+            }
+            config_error(ruby, e)
+        })?;
 
         let standard_error = ruby.exception_standard_error().as_value();
         let record_errors = Matchers::parse(ruby, "record_errors", g.record_errors, Some(standard_error))?;
@@ -503,7 +511,15 @@ impl Breaker {
     fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) -> Result<(), Error> {
         for t in tr.iter() {
             let metrics = metrics_hash(ruby, &t.metrics)?;
-            let args = (state_sym(ruby, t.from), state_sym(ruby, t.to), reason_sym(ruby, t.reason), metrics);
+            let before = &t.window_before;
+            let args = (
+                state_sym(ruby, t.from),
+                state_sym(ruby, t.to),
+                reason_sym(ruby, t.reason),
+                metrics,
+                before.error_rate(),
+                before.slow_call_rate(),
+            );
             rb_self.funcall::<_, _, Value>(*ID_TRANSITION, args)?;
         }
         Ok(())

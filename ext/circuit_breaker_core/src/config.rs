@@ -179,11 +179,16 @@ impl Config {
     }
 }
 
+/// A `probe_ratio:` (the seeds' one-stage ramp), checked under its own name.
+pub fn probe_ratio(r: f64) -> Result<f64, ConfigError> {
+    check_f64("probe_ratio", "a Float in (0.0, 1.0]", r, 0.0, true, 1.0)
+}
+
 /// The articles' probe quota: `max(1, floor(half_open_window * probe_ratio))`
 /// (the floor-to-zero pitfall of a small window avoided).
 pub fn probe_quota(half_open_window: i64, probe_ratio: f64) -> Result<i64, ConfigError> {
     let w = check_int("half_open_window", "an Integer in 1..1_000_000_000", half_open_window, 1, 1_000_000_000)?;
-    let r = check_f64("probe_ratio", "a Float in (0.0, 1.0]", probe_ratio, 0.0, true, 1.0)?;
+    let r = self::probe_ratio(probe_ratio)?;
     Ok(((f64::from(w) * r).floor() as i64).max(1))
 }
 

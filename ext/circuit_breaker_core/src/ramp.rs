@@ -77,6 +77,12 @@ impl Stage {
         self.in_flight = self.in_flight.saturating_sub(1);
     }
 
+    /// Frees every probe slot still taken (see `Breaker::after_fork`).
+    pub fn forget_in_flight(&mut self) {
+        self.issued -= self.in_flight.min(self.issued);
+        self.in_flight = 0;
+    }
+
     /// A probe finished; returns what the stage now knows.
     pub fn finish(&mut self, success: bool, quota: u32, advance_rate: f64, reopen_rate: f64) -> Verdict {
         self.in_flight = self.in_flight.saturating_sub(1);

@@ -119,6 +119,26 @@ impl Record {
 /// A record in a heap block of its own (one process).
 pub struct HeapRecord {
     block: Box<[u64]>,
+    /// The process's fork count when the record was last used: a forked
+    /// child notices the change and frees what dead threads held.
+    forks_seen: u64,
+}
+
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn count_fork_in_child() {
+    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many times this process is a fork of its ancestors' records.
+fn forks() -> u64 {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a handler that only bumps an atomic counter, which
+    // is async-signal-safe as a child handler of fork must be.
+    HOOK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(count_fork_in_child));
+    });
+    FORKS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl HeapRecord {
@@ -129,18 +149,20 @@ impl HeapRecord {
         // SAFETY: a boxed slice of u64 is 8-aligned, `layout.size` bytes
         // long, and never moves while the Box lives.
         unsafe { Record::init(block.as_mut_ptr() as *mut u8, &layout, spec, seed)? };
-        Ok(Self { block })
+        Ok(Self { block, forks_seen: forks() })
     }
 
     /// The record (its owner provides the lock).
+    #[inline]
     pub fn get(&mut self) -> &mut Record {
         // SAFETY: `new` wrote a Record at the start of the block.
-        unsafe { &mut *(self.block.as_mut_ptr() as *mut Record) }
-    }
-
-    /// A raw pointer to the record, for owners that lock it themselves.
-    pub fn as_ptr(&mut self) -> *mut Record {
-        self.block.as_mut_ptr() as *mut Record
+        let record = unsafe { &mut *(self.block.as_mut_ptr() as *mut Record) };
+        let forks = forks();
+        if forks != self.forks_seen {
+            self.forks_seen = forks;
+            record.breaker.after_fork();
+        }
+        record
     }
 }
 
@@ -184,6 +206,31 @@ mod tests {
         let r = unsafe { &mut *(copy.as_mut_ptr() as *mut Record) };
         r.window.record(1.0, false, 0);
         assert_eq!(r.window.counts(0).failures, 2);
+    }
+
+    #[test]
+    fn a_forked_child_frees_the_probe_slots_of_threads_it_does_not_have() {
+        use crate::config::{Config, Options};
+        use crate::state::{Decision, State};
+        let cfg = Config::new(&Options { half_open_calls: 1, ..Options::default() }).unwrap();
+        let mut h = HeapRecord::new(&WindowSpec::Count { size: 4, slow_threshold_ms: 800.0 }, 1).unwrap();
+        let r = h.get();
+        r.breaker.trip(&mut r.window, &cfg, 0);
+        let (d, _) = r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration);
+        assert!(matches!(d, Decision::Allowed(_)));
+        assert_eq!(r.breaker.state(), State::HalfOpen);
+        // SAFETY: the child only touches its copy of the record, then exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let r = h.get();
+            let ok = matches!(r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration).0, Decision::Allowed(_));
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the child got the slot");
+        let r = h.get();
+        assert!(matches!(r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration).0, Decision::Rejected(_)));
     }
 
     #[test]

@@ -128,6 +128,9 @@ pub struct Transition {
     pub to: State,
     pub reason: Reason,
     pub metrics: Metrics,
+    /// The window just before the change (entering closed or open empties
+    /// it): the rates that opened a breaker.
+    pub window_before: Counts,
 }
 
 /// The state changes of one step: at most two (a timer, then the step's own).
@@ -212,6 +215,15 @@ impl Breaker {
         self.generation = self.generation.wrapping_add(1);
         if self.state == State::HalfOpen {
             self.stage = Stage::new(self.stage.index, self.stage.started_at);
+        }
+    }
+
+    /// In a forked child: the probes other threads of the parent were
+    /// running will never report back (those threads do not exist here), so
+    /// their slots are freed. The forking thread's own permits stay valid.
+    pub fn after_fork(&mut self) {
+        if self.state == State::HalfOpen {
+            self.stage.forget_in_flight();
         }
     }
 
@@ -421,6 +433,7 @@ impl Breaker {
         out: &mut Transitions,
     ) {
         let from = self.state;
+        let window_before = w.counts(now);
         self.state = to;
         self.generation = self.generation.wrapping_add(1);
         match to {
@@ -437,7 +450,7 @@ impl Breaker {
             State::ForcedOpen | State::Disabled => {}
         }
         if from != to {
-            out.push(Transition { from, to, reason, metrics: self.snapshot(w, cfg, now) });
+            out.push(Transition { from, to, reason, metrics: self.snapshot(w, cfg, now), window_before });
         }
     }
 
