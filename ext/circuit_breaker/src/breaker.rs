@@ -563,13 +563,19 @@ impl Breaker {
         }
         let this = &*rb_self;
         let start = this.clock.now();
-        let (decision, tr) = this.step(|b, w, c| b.acquire(w, c, start));
-        if !tr.is_empty() {
-            Self::notify_or_release(ruby, rb_self, &tr, decision)?;
-        }
-        let permit = match decision {
-            Decision::Allowed(p) => p,
-            Decision::Rejected(r) => resume_raise(Self::rejected(ruby, rb_self, r)?),
+        // Closed (the common case): no lock, nothing to change.
+        let permit = match this.shared.admitting() {
+            Some(p) => p,
+            None => {
+                let (decision, tr) = this.step(|b, w, c| b.acquire(w, c, start));
+                if !tr.is_empty() {
+                    Self::notify_or_release(ruby, rb_self, &tr, decision)?;
+                }
+                match decision {
+                    Decision::Allowed(p) => p,
+                    Decision::Rejected(r) => resume_raise(Self::rejected(ruby, rb_self, r)?),
+                }
+            }
         };
 
         let result: Result<Value, Error> = ruby.yield_values(());

@@ -7,12 +7,12 @@
 //! the breaker (`shared:`).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
 use circuit_breaker_core::shm::{MappedRecord, ShmError};
-use circuit_breaker_core::{Counts, HeapRecord, Nanos, Record, WindowSpec};
+use circuit_breaker_core::{Counts, HeapRecord, Nanos, Permit, Record, WindowSpec};
 use magnus::{
     function, method,
     prelude::*,
@@ -35,6 +35,8 @@ enum Store {
 /// breaker state) behind one lock.
 pub struct Shared {
     store: Store,
+    /// A heap record's published word (a mapped one keeps it in its file).
+    published: AtomicU64,
     spec: WindowSpec,
     /// Whether a breaker uses this window already.
     attached: AtomicBool,
@@ -50,7 +52,7 @@ impl Shared {
     }
 
     fn with_store(store: Store, spec: WindowSpec, clock: Option<ClockSource>) -> Arc<Self> {
-        let shared = Self { store, spec, attached: AtomicBool::new(false), clock: OnceLock::new() };
+        let shared = Self { store, published: AtomicU64::new(0), spec, attached: AtomicBool::new(false), clock: OnceLock::new() };
         if let Some(c) = clock {
             let _ = shared.clock.set(c);
         }
@@ -70,10 +72,29 @@ impl Shared {
     /// Runs `f` on the record under the lock. `f` must not call Ruby.
     #[inline]
     pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> T {
+        let published = self.published();
+        let step = |r: &mut Record| {
+            let out = f(r);
+            published.store(r.breaker.published(), Ordering::Release);
+            out
+        };
         match &self.store {
-            Store::Heap(h) => f(h.lock().get()),
-            Store::Mapped(m) => m.with(f),
+            Store::Heap(h) => step(h.lock().get()),
+            Store::Mapped(m) => m.with(step),
         }
+    }
+
+    fn published(&self) -> &AtomicU64 {
+        match &self.store {
+            Store::Heap(_) => &self.published,
+            Store::Mapped(m) => m.published(),
+        }
+    }
+
+    /// A permit taken without the lock, when the breaker admits every call.
+    #[inline]
+    pub fn admitting(&self) -> Option<Permit> {
+        Permit::admitting(self.published().load(Ordering::Acquire))
     }
 
     /// Claims the window for a breaker; false when one has it already.

@@ -109,10 +109,13 @@ impl Record {
 impl Record {
     /// Recomputes what a step interrupted half-way (a process killed while
     /// holding the lock) could have left inconsistent: the window's running
-    /// totals, from its storage, and the breaker's probe counters.
+    /// totals, from its storage. The breaker's own fields need no repair to
+    /// stay usable (at worst one counter of the cut step is off by one, and
+    /// the next transition starts afresh); permits of every other process
+    /// stay good, and a probe slot the dead process held is freed by
+    /// `half_open_timeout` (on by default for shared breakers).
     pub fn repair(&mut self) {
         self.window.recount();
-        self.breaker.repair();
     }
 }
 

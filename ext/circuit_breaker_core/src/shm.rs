@@ -18,7 +18,7 @@ use crate::record::{Layout, Record, WindowSpec};
 
 const MAGIC: [u8; 8] = *b"CBREAKR\0";
 /// Bumped whenever the file's layout or the record's layout changes.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 const READY: u32 = 0x5245_4144;
 
 #[repr(C)]
@@ -30,6 +30,9 @@ struct Header {
     record_size: u64,
     config_hash: u64,
     mutex: libc::pthread_mutex_t,
+    /// `Breaker::published` of the record, stored under the mutex, read
+    /// without it.
+    published: std::sync::atomic::AtomicU64,
 }
 
 /// Why a shared record could not be opened.
@@ -295,6 +298,13 @@ impl MappedRecord {
             libc::pthread_mutex_unlock(mutex);
             out
         }
+    }
+
+    /// The record's published word (see `Breaker::published`).
+    pub fn published(&self) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: the header lives as long as the mapping; the field is only
+        // ever accessed atomically.
+        unsafe { &(*self.header()).published }
     }
 
     /// Holds the lock for `ms` milliseconds without doing anything: lets

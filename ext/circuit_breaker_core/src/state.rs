@@ -71,6 +71,18 @@ impl Permit {
         (self.generation << 1) | u64::from(self.probe)
     }
 
+    /// The permit a call gets from a breaker whose [`Breaker::published`]
+    /// word is `word`, when one may be had without the lock: closed or
+    /// disabled breakers admit every call and change nothing doing so.
+    pub fn admitting(word: u64) -> Option<Self> {
+        const CLOSED: u64 = State::Closed as u64;
+        const DISABLED: u64 = State::Disabled as u64;
+        match word & 7 {
+            CLOSED | DISABLED => Some(Self { generation: word >> 3, probe: false }),
+            _ => None,
+        }
+    }
+
     /// The inverse of [`Permit::to_bits`].
     pub fn from_bits(bits: u64) -> Self {
         Self { generation: bits >> 1, probe: bits & 1 == 1 }
@@ -199,22 +211,23 @@ impl Breaker {
         self.generation
     }
 
+    /// State and generation in one word, for [`Permit::admitting`]. Owners
+    /// store it in an atomic after every step, under the lock. A generation
+    /// that does not fit (never in practice) publishes "ask the lock".
+    pub fn published(&self) -> u64 {
+        if self.generation >> 61 == 0 {
+            (self.generation << 3) | self.state as u64
+        } else {
+            State::Open as u64
+        }
+    }
+
     /// Half-open probes currently running in this generation.
     pub fn probes_in_flight(&self) -> u32 {
         if self.state == State::HalfOpen {
             self.stage.in_flight()
         } else {
             0
-        }
-    }
-
-    /// After a step was cut short (its process died holding the lock):
-    /// starts a new generation, so no probe slot of the interrupted one
-    /// stays taken, and keeps the current state and stage.
-    pub fn repair(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        if self.state == State::HalfOpen {
-            self.stage = Stage::new(self.stage.index, self.stage.started_at);
         }
     }
 

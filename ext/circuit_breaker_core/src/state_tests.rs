@@ -1296,3 +1296,16 @@ fn a_permit_survives_its_bit_encoding() {
         assert_eq!(Permit::from_bits(p.to_bits()), p);
     }
 }
+
+#[test]
+fn the_published_word_admits_without_the_lock_only_closed_or_disabled() {
+    let mut rig = Rig::new(10, |_| {});
+    let word = rig.b.published();
+    assert_eq!(Permit::admitting(word), Some(Permit { generation: rig.b.generation(), probe: false }));
+    rig.b.trip(&mut rig.w, &rig.cfg, 0);
+    assert_eq!(Permit::admitting(rig.b.published()), None);
+    rig.b.disable(&mut rig.w, &rig.cfg, 0);
+    assert_eq!(Permit::admitting(rig.b.published()).map(|p| p.generation), Some(rig.b.generation()));
+    rig.b.force_open(&mut rig.w, &rig.cfg, 0);
+    assert_eq!(Permit::admitting(rig.b.published()), None);
+}
