@@ -18,9 +18,11 @@ module Bench
   # target:, value:, met:}; `value` is what the target is about (a ratio),
   # `met` true/false, or nil where no target applies.
   module Scenarios
-    ALL = %w[success failure rejection threads rates].freeze
+    ALL = %w[success failure rejection threads rates shared].freeze
 
-    IMPLS = { bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker" }.freeze
+    IMPLS = {
+      bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker", shared: "circuit_breaker shared:"
+    }.freeze
 
     module_function
 
@@ -58,6 +60,31 @@ module Bench
         row(name, :gem, r[:gem], r[:bare], target: target, met: met.(r[:gem])),
         { note: format("Every ns/call includes the `while` loop around the call: %.1f ns.", r[:empty].ns) }
       ]
+    end
+
+    # closed, `call { 1 }` on a breaker in shared memory (`shared:`) against
+    # the same breaker in process memory
+    def shared
+      key = "bench-#{Process.pid}"
+      local = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100))
+      shared = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100), shared: key)
+      r = Bench.measure({
+                          bare: Bench.plain("r.run { 1 }", r: Bare::Yield.new),
+                          gem: Bench.plain("r.call { 1 }", r: local),
+                          shared: Bench.plain("r.call { 1 }", r: shared)
+                        })
+      m = shared.metrics
+      check(m[:state] == :closed && m[:total] == 100, "shared: #{m}")
+      name = "closed success, shared between processes"
+      vs_local = Bench.ratio(r[:shared], r[:gem])
+      [
+        row(name, :bare, r[:bare], r[:bare], target: "baseline"),
+        row(name, :gem, r[:gem], r[:bare], target: "reference"),
+        row(name, :shared, r[:shared], r[:bare], target: "≤ 2.0× the in-process breaker",
+                                                 value: vs_local, met: vs_local <= 2.0)
+      ]
+    ensure
+      File.delete(CircuitBreaker.shared_path(key)) if key && File.exist?(CircuitBreaker.shared_path(key))
     end
 
     # closed, the block raises, the caller rescues; recorded, never trips
