@@ -23,7 +23,8 @@ class CircuitBreaker
       # @return [String] `name` as a frozen String
       def key(name)
         case name
-        when String, Symbol then -name.to_s
+        when String then -String.new(name) # a plain String, even from a subclass
+        when Symbol then -name.to_s
         else raise TypeError, "CircuitBreaker.for: name must be a String or a Symbol (got #{name.inspect})"
         end
       end
