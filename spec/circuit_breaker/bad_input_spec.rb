@@ -236,11 +236,16 @@ RSpec.describe CircuitBreaker, "bad input" do
   let(:window) { CircuitBreaker::SlidingWindow.new(size: 10) }
   let(:breaker) { CircuitBreaker.new(window: window, clock: clock, min_calls: 2) }
 
+  table_size = rows.size
   it "has at least 100 rows" do
-    expect(rows.size).to be >= 100
+    expect(table_size).to be >= 100
   end
 
-  rows.each do |r|
+  # Under GC_STRESS=1 (where a raise_error example takes seconds) one row in
+  # ten runs; the normal run takes them all.
+  sample = ->(list) { ENV["GC_STRESS"] == "1" ? list.each_slice(10).map(&:first) : list }
+
+  sample.call(rows).each do |r|
     it "#{r[:call]} raises #{r[:error]} naming #{r[:name]}" do
       breaker.call { :warm_up }
       before = [breaker.metrics, window.total, clock.now]
@@ -312,7 +317,7 @@ RSpec.describe CircuitBreaker, "bad input" do
       "TimeWindow.new(seconds: 1e-9, buckets: 1)" => -> { cb.new(window: cb::TimeWindow.new(seconds: 1e-9, buckets: 1)) },
       "TimeWindow.new(seconds: 3600, buckets: 3600)" => -> { cb.new(window: cb::TimeWindow.new(seconds: 3600, buckets: 3600)) }
     }
-    accepted.each do |show, build|
+    sample.call(accepted.to_a).each do |show, build|
       it "accepts #{show}, and the breaker works" do
         b = build.call
         expect(b.call { :ok }).to eq(:ok)

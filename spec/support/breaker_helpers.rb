@@ -139,8 +139,8 @@ module BreakerHelpers
     raise "plan not used up after #{limit} calls (#{plan.size} left): #{breaker.inspect}"
   end
 
-  # The calls of a half-open stage admitted at `share`, by the rule of the
-  # README: call n (from 0) is admitted when (n * share) mod 1 < share.
+  # Whether call n (from 0) of a half-open stage is admitted at `share`, by
+  # the gem's spacing rule: when (n * share) mod 1 < share (exact decimals).
   def on_beat?(n, share)
     share = Rational(share.to_s)
     (n * share) % 1 < share
