@@ -149,22 +149,24 @@ static KEYS: [LazyId; 10] = [
 
 /// The frozen Hash of SPEC §3.5.
 fn metrics_hash(ruby: &Ruby, m: &Metrics) -> Result<RHash, Error> {
-    let values = [
-        state_sym(ruby, m.state).as_value(),
-        m.counts.total.into_value_with(ruby),
-        m.counts.failures.into_value_with(ruby),
-        m.counts.slow_calls.into_value_with(ruby),
-        m.counts.error_rate().into_value_with(ruby),
-        m.counts.slow_call_rate().into_value_with(ruby),
-        m.rejected.into_value_with(ruby),
-        m.stage.into_value_with(ruby),
-        m.admit_share.into_value_with(ruby),
-        secs_value(ruby, m.retry_after),
-    ];
     let h = ruby.hash_new();
+    // Each value goes into the hash as soon as it exists: a Float (or a
+    // Bignum) is an object the GC could collect if it waited on the stack.
+    let values: [&dyn Fn() -> Value; 10] = [
+        &|| state_sym(ruby, m.state).as_value(),
+        &|| m.counts.total.into_value_with(ruby),
+        &|| m.counts.failures.into_value_with(ruby),
+        &|| m.counts.slow_calls.into_value_with(ruby),
+        &|| m.counts.error_rate().into_value_with(ruby),
+        &|| m.counts.slow_call_rate().into_value_with(ruby),
+        &|| m.rejected.into_value_with(ruby),
+        &|| m.stage.into_value_with(ruby),
+        &|| m.admit_share.into_value_with(ruby),
+        &|| secs_value(ruby, m.retry_after),
+    ];
     for (key, value) in KEYS.iter().zip(values) {
         let key: OpaqueId = **key;
-        h.aset(key.into_symbol_with(ruby), value)?;
+        h.aset(key.into_symbol_with(ruby), value())?;
     }
     h.freeze();
     Ok(h)
@@ -521,6 +523,7 @@ impl Breaker {
                 before.slow_call_rate(),
             );
             rb_self.funcall::<_, _, Value>(*ID_TRANSITION, args)?;
+            std::hint::black_box(&args);
         }
         Ok(())
     }
@@ -613,6 +616,9 @@ impl Breaker {
             }
             Self::notify(ruby, rb_self, &tr)?;
         }
+        // Keeps the block's value where the GC's stack scan sees it while
+        // Ruby code (listeners) ran above.
+        std::hint::black_box((&result, &raise_instead));
         match (raise_instead, result) {
             (Some(e), _) => Err(e),
             (None, Err(e)) => match e.error_type() {
