@@ -553,11 +553,16 @@ impl Breaker {
     /// The error for a rejected call, after its listeners ran.
     fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
         let ex = Self::open_error(ruby, rb_self, r)?;
-        if rb_self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby) {
+        if rb_self.rejections_watched(ruby) {
             // As in `notify`: only what the listeners' guard let through.
             rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,))?;
         }
         Ok(ex)
+    }
+
+    /// Whether a rejection has listeners (`on_reject`, ActiveSupport).
+    fn rejections_watched(&self, ruby: &Ruby) -> bool {
+        self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby)
     }
 
     fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
@@ -649,7 +654,10 @@ impl Breaker {
         match decision {
             Decision::Allowed(p) => Ok(Some(p.to_bits())),
             Decision::Rejected(r) => {
-                Self::rejected(ruby, rb_self, r)?;
+                // `allow?` raises nothing: the error exists for listeners only.
+                if rb_self.rejections_watched(ruby) {
+                    Self::rejected(ruby, rb_self, r)?;
+                }
                 Ok(None)
             }
         }
