@@ -579,6 +579,8 @@ impl Breaker {
                 if !tr.is_empty() {
                     Self::notify_or_release(ruby, rb_self, &tr, decision)?;
                 }
+                // Dropped before `resume_raise`, which skips destructors.
+                drop(tr);
                 match decision {
                     Decision::Allowed(p) => p,
                     Decision::Rejected(r) => resume_raise(Self::rejected(ruby, rb_self, r)?),
@@ -621,6 +623,8 @@ impl Breaker {
             }
             Self::notify(ruby, rb_self, &tr)?;
         }
+        // Dropped before `resume_raise`, which skips destructors.
+        drop(tr);
         // Keeps the block's value where the GC's stack scan sees it while
         // Ruby code (listeners) ran above.
         std::hint::black_box((&result, &raise_instead));
