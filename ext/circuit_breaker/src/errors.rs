@@ -5,11 +5,26 @@
 use circuit_breaker_core::ConfigError;
 use magnus::{value::Lazy, prelude::*, Error, ExceptionClass, RClass, Ruby, Value};
 
-/// `CircuitBreaker::OpenError`.
+/// `CircuitBreaker::OpenError`, which `check_declared` found at load time.
 pub static OPEN_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
-    let breaker: RClass = ruby.class_object().const_get("CircuitBreaker").expect("CircuitBreaker is defined");
-    breaker.const_get("OpenError").expect("lib/circuit_breaker/errors.rb defines OpenError")
+    open_error_class(ruby).unwrap_or_else(|_| ruby.exception_standard_error())
 });
+
+fn open_error_class(ruby: &Ruby) -> Result<ExceptionClass, Error> {
+    let breaker: RClass = ruby.class_object().const_get("CircuitBreaker")?;
+    breaker.const_get("OpenError")
+}
+
+/// Refuses to load unless lib/circuit_breaker/errors.rb declared the errors
+/// first (requiring the native library alone is a mistake, said plainly).
+pub fn check_declared(ruby: &Ruby) -> Result<(), Error> {
+    open_error_class(ruby).map(|_| ()).map_err(|_| {
+        Error::new(
+            ruby.exception_load_error(),
+            "load the gem with `require \"circuit_breaker\"`, not its native library alone",
+        )
+    })
+}
 
 /// A value outside its range: `ArgumentError` naming the argument.
 pub fn config_error(ruby: &Ruby, e: ConfigError) -> Error {

@@ -12,6 +12,7 @@ use magnus::{Error, Ruby};
 #[magnus::init]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     let namespace = ruby.define_class("CircuitBreaker", ruby.class_object())?;
+    errors::check_declared(ruby)?;
     breaker::init(namespace)?;
     clock::init(ruby, namespace)?;
     window::init(ruby, namespace)?;
