@@ -10,10 +10,14 @@ RSpec.describe CircuitBreaker, "half-open probe slots" do
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:events) { [] }
   let(:breaker) do
+    # `events` is read here, not lazily inside the listener: an interrupt
+    # landing in RSpec's memoization of a `let` (a Mutex) would become a
+    # ThreadError there.
+    log = events
     described_class.new(clock: clock, half_open_calls: 1, open_duration: 10,
                         ignore_errors: [ignored, ->(e) { e.message == "ignore me" }],
                         failure_if: ->(value) { value == :check_raises ? raise(ArgumentError, "bad check") : false })
-      .tap { |b| b.on_state_change { |e| events << [e.from, e.to, e.reason] } }
+      .tap { |b| b.on_state_change { |e| log << [e.from, e.to, e.reason] } }
   end
 
   def half_open!
