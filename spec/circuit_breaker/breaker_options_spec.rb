@@ -237,7 +237,8 @@ RSpec.describe CircuitBreaker, ".new" do
       { record_errors: [String] } => [TypeError, /record_errors/],
       { failure_if: 42 } => [TypeError, /failure_if/],
       { name: 42 } => [TypeError, /name/],
-      { clock: Object.new } => [TypeError, /clock/]
+      { clock: Object.new } => [TypeError, /clock/],
+      { logger: 5 } => [TypeError, /logger must be nil or an object with warn and info/]
     }.each do |options, (error, message)|
       it "refuses #{options.inspect} with #{error}, naming the option" do
         expect { CircuitBreaker.new(**options) }.to raise_error(error, message)

@@ -347,6 +347,12 @@ impl Breaker {
     fn new(ruby: &Ruby, args: &[Value]) -> Result<Obj<Self>, Error> {
         let kw = scan_args::<(), (), (), (), RHash, ()>(args)?.keywords;
         let g = Given::parse(ruby, kw)?;
+        let logger = g.logger.filter(|v| !v.is_nil());
+        if let Some(l) = logger {
+            if !(l.respond_to("warn", false)? && l.respond_to("info", false)?) {
+                return Err(type_error(ruby, "logger", "nil or an object with warn and info (a Logger)", l));
+            }
+        }
         let mut o = Options::default();
         let float = |name, v: Option<Value>, into: &mut f64| -> Result<(), Error> {
             if let Some(v) = v {
@@ -495,7 +501,7 @@ impl Breaker {
             failure_if,
             notify_rejects: AtomicBool::new(false),
         });
-        if let Some(logger) = g.logger.filter(|v| !v.is_nil()) {
+        if let Some(logger) = logger {
             obj.ivar_set("@logger", logger)?;
         }
         Ok(obj)
