@@ -17,6 +17,13 @@ Gem::Specification.new do |spec|
   spec.license = "MIT"
   spec.homepage = "https://example.invalid/circuit_breaker"
   spec.required_ruby_version = ">= 3.1"
+  spec.metadata = {
+    "changelog_uri" => "#{spec.homepage}/blob/main/CHANGELOG.md",
+    "source_code_uri" => spec.homepage,
+    "bug_tracker_uri" => "#{spec.homepage}/issues",
+    "documentation_uri" => "#{spec.homepage}/blob/main/docs",
+    "rubygems_mfa_required" => "true"
+  }
 
   # An explicit list: build output (target/, *.so) must never be packaged.
   spec.files = Dir[
@@ -25,7 +32,8 @@ Gem::Specification.new do |spec|
     "ext/circuit_breaker/extconf.rb",
     "ext/*/Cargo.toml",
     "ext/*/src/**/*.rs",
-  ] + %w[Cargo.toml Cargo.lock README.md LICENSE circuit_breaker.gemspec]
+    "docs/*.md",
+  ] + %w[Cargo.toml Cargo.lock README.md CHANGELOG.md LICENSE circuit_breaker.gemspec]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/circuit_breaker/extconf.rb"]
 end

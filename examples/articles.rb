@@ -1,7 +1,7 @@
 #!/usr/bin/env ruby
 # frozen_string_literal: true
 
-# The articles' snippet (the top of README.md), unchanged, against a real
+# The articles' snippet (docs/semantics.md), unchanged, against a real
 # flaky upstream. "http://orders.internal" is mapped onto the upstream by
 # Faraday's default connection (the snippet calls Faraday.get), which also
 # raises on 5xx (`response :raise_error`), so that the plain breaker of the

@@ -7,6 +7,7 @@
 #
 #   ruby examples/sinatra_app.rb            # starts a flaky upstream too; then
 #   curl -i http://127.0.0.1:4567/orders    # (repeat: watch it degrade and recover)
+#   PORT=9393 ruby examples/sinatra_app.rb  # another port
 #
 #   ORDERS_URL=http://orders.internal/api/orders ruby examples/sinatra_app.rb
 #
@@ -116,5 +117,6 @@ if $PROGRAM_NAME == __FILE__
     warn "flaky upstream at #{upstream.url} (healthy, then a burst of 500s, slow, recovering, healthy: ~35 s)"
   end
   OrdersApp.set :bind, "127.0.0.1"
+  OrdersApp.set :port, Integer(ENV.fetch("PORT", "4567"))
   OrdersApp.run!
 end

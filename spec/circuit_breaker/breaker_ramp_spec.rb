@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # SPEC §3.1, half-open: ramp stages, admission spacing, probe quota and
-# verdicts (advance, restart, reopen), with the README's spacing rule.
+# verdicts (advance, restart, reopen), with the spacing rule of docs/choices.md.
 RSpec.describe CircuitBreaker, "half-open ramp" do
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:window) { CircuitBreaker::SlidingWindow.new(size: 100, slow_threshold_ms: 100) }

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# The four articles behind the gem (/work/shared/seeds), each as a scenario
+# The four source articles behind the gem (docs/semantics.md), each as a scenario
 # written in the article's own spelling (SPEC §3.1, §3.4).
 RSpec.describe CircuitBreaker, "the articles' scenarios" do
   let(:clock) { CircuitBreaker::ManualClock.new }

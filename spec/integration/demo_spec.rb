@@ -3,7 +3,7 @@
 require "open3"
 require "tmpdir"
 
-# bin/demo and examples/articles.rb as a user runs them, shortened.
+# bin/demo as a user runs it, shortened (examples/: examples_spec.rb).
 RSpec.describe "bin/demo", :integration do
   root = File.expand_path("../..", __dir__)
 
@@ -28,24 +28,5 @@ RSpec.describe "bin/demo", :integration do
 
     expect(status).not_to be_success
     expect(out).to include("--scale")
-  end
-end
-
-RSpec.describe "examples/articles.rb", :integration do
-  root = File.expand_path("../..", __dir__)
-  script = File.join(root, "examples/articles.rb")
-
-  it "contains the README's snippet verbatim" do
-    snippet = File.read(File.join(root, "README.md"))[/```ruby\n(.*?)```/m, 1]
-
-    expect(File.read(script)).to include(snippet)
-  end
-
-  it "runs the snippet against the flaky upstream: the breaker opens and the cache answers" do
-    out, status = Open3.capture2e({ "ARTICLES_SCALE" => "0.3" }, RbConfig.ruby, script, chdir: root)
-
-    expect(status).to be_success, out
-    expect(out).to include("closed -> open (error_rate)")
-    expect(out).to match(/served from cache [1-9]\d* \(never sent\); breaker open/)
   end
 end
