@@ -5,7 +5,15 @@ class CircuitBreaker
   # `reason` (:error_rate, :slow_call_rate, :probe_failed, :probes_passed,
   # :cool_down_elapsed, :half_open_timeout, :manual) and the `metrics` taken
   # just after the transition.
-  StateChange = Struct.new(:from, :to, :name, :reason, :metrics, keyword_init: true)
+  #
+  # An opening (`to == :open`) also carries what opened it, since entering
+  # open empties the window: `error_rate` and `slow_call_rate` of the window
+  # just before, and `error_class`, the name of the class of the last
+  # exception this process recorded as a failure (nil when none was, e.g.
+  # failures from `failure_if` or `record_failure`). All three are nil for
+  # other transitions. See docs/operating.md.
+  StateChange = Struct.new(:from, :to, :name, :reason, :metrics, :error_rate, :slow_call_rate, :error_class,
+                           keyword_init: true)
 
   # Listeners, ActiveSupport::Notifications and the logger. The native
   # library calls `__transition` and `__rejected` after releasing its lock,
@@ -40,8 +48,13 @@ class CircuitBreaker
 
     # `error_rate` and `slow_call_rate` are the window's just before the
     # transition (entering open empties it): what opened the breaker.
-    def __transition(from, to, reason, metrics, error_rate, slow_call_rate)
+    def __transition(from, to, reason, metrics, error_rate, slow_call_rate, error_class)
       event = StateChange.new(from: from, to: to, name: name, reason: reason, metrics: metrics)
+      if to == :open
+        event.error_rate = error_rate
+        event.slow_call_rate = slow_call_rate
+        event.error_class = error_class && (error_class.name || error_class.inspect)
+      end
       __log(event, error_rate, slow_call_rate)
       @state_listeners&.each { |l| __guard("on_state_change") { l.call(event) } }
       __instrument("state_change.circuit_breaker", event.to_h)

@@ -39,6 +39,13 @@ RSpec.describe CircuitBreaker, "ActiveSupport::Notifications", :integration do
     expect(received.last.last).to include(from: :open, to: :half_open, reason: :cool_down_elapsed)
   end
 
+  it "carries, on an opening, the rates that opened it and the last recorded exception's class" do
+    expect { breaker.call { raise BreakerHelpers::Boom } }.to raise_error(BreakerHelpers::Boom)
+    payload = received.first.last
+    expect(payload).to include(to: :open, error_rate: 1.0, slow_call_rate: 0.0, error_class: "BreakerHelpers::Boom")
+    expect(payload[:metrics]).to include(tripped_error_rate: 1.0, failures_total: 1, opened: 1)
+  end
+
   it "gives the same payload as the StateChange of on_state_change" do
     changes = []
     breaker.on_state_change { |e| changes << e }

@@ -7,7 +7,7 @@
 //! a jump (`break`, `throw`, `Thread#kill`…) is pending: for that case they
 //! run inside `rb_ensure`'s ensure function while the jump resumes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
@@ -50,6 +50,9 @@ pub struct Breaker {
     /// Set once an `on_reject` listener exists: only then does a rejection
     /// call into Ruby (besides ActiveSupport::Notifications, checked apart).
     notify_rejects: AtomicBool,
+    /// The class of the last exception recorded as a failure (a raw handle,
+    /// 0 for none), for the opening event; kept alive by `mark`.
+    last_error: AtomicUsize,
 }
 
 impl DataTypeFunctions for Breaker {
@@ -63,6 +66,12 @@ impl DataTypeFunctions for Breaker {
         self.ignore_errors.mark(marker);
         if let Some(f) = self.failure_if {
             marker.mark(f);
+        }
+        let last_error = self.last_error.load(Ordering::Relaxed);
+        if last_error != 0 {
+            // SAFETY: a handle stored from a live class in `call`, kept
+            // alive (and pinned) by this very mark.
+            marker.mark(unsafe { Value::from_raw(last_error as rb_sys::VALUE) });
         }
     }
 }
@@ -134,7 +143,7 @@ fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
     t.map_or_else(|| ruby.qnil().as_value(), |n| secs_from_nanos(n).into_value_with(ruby))
 }
 
-static KEYS: [LazyId; 10] = [
+static KEYS: [LazyId; 18] = [
     LazyId::new("state"),
     LazyId::new("total"),
     LazyId::new("failures"),
@@ -145,24 +154,42 @@ static KEYS: [LazyId; 10] = [
     LazyId::new("stage"),
     LazyId::new("admit_share"),
     LazyId::new("retry_after"),
+    LazyId::new("calls"),
+    LazyId::new("successes"),
+    LazyId::new("failures_total"),
+    LazyId::new("slow_total"),
+    LazyId::new("opened"),
+    LazyId::new("tripped_error_rate"),
+    LazyId::new("tripped_slow_call_rate"),
+    LazyId::new("counters"),
 ];
 
-/// The frozen Hash of SPEC §3.5.
-fn metrics_hash(ruby: &Ruby, m: &Metrics) -> Result<RHash, Error> {
+/// The frozen Hash of SPEC §3.5 and §8 (docs/operating.md). `host_wide`:
+/// the counters are those of every process mapping a `shared:` record.
+fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool) -> Result<RHash, Error> {
     let h = ruby.hash_new();
+    let c = &m.counters;
     // Each value goes into the hash as soon as it exists: a Float (or a
     // Bignum) is an object the GC could collect if it waited on the stack.
-    let values: [&dyn Fn() -> Value; 10] = [
+    let values: [&dyn Fn() -> Value; 18] = [
         &|| state_sym(ruby, m.state).as_value(),
         &|| m.counts.total.into_value_with(ruby),
         &|| m.counts.failures.into_value_with(ruby),
         &|| m.counts.slow_calls.into_value_with(ruby),
         &|| m.counts.error_rate().into_value_with(ruby),
         &|| m.counts.slow_call_rate().into_value_with(ruby),
-        &|| m.rejected.into_value_with(ruby),
+        &|| c.rejected.into_value_with(ruby),
         &|| m.stage.into_value_with(ruby),
         &|| m.admit_share.into_value_with(ruby),
         &|| secs_value(ruby, m.retry_after),
+        &|| c.calls.into_value_with(ruby),
+        &|| c.successes.into_value_with(ruby),
+        &|| c.failures.into_value_with(ruby),
+        &|| c.slow.into_value_with(ruby),
+        &|| c.opened.into_value_with(ruby),
+        &|| m.tripped.map(|t| t.error_rate()).into_value_with(ruby),
+        &|| m.tripped.map(|t| t.slow_call_rate()).into_value_with(ruby),
+        &|| ruby.to_symbol(if host_wide { "host" } else { "process" }).as_value(),
     ];
     for (key, value) in KEYS.iter().zip(values) {
         let key: OpaqueId = **key;
@@ -500,6 +527,7 @@ impl Breaker {
             ignore_errors,
             failure_if,
             notify_rejects: AtomicBool::new(false),
+            last_error: AtomicUsize::new(0),
         });
         if let Some(logger) = logger {
             obj.ivar_set("@logger", logger)?;
@@ -518,8 +546,13 @@ impl Breaker {
     /// through (Interrupt, Thread#kill, a throw) must go on to the caller.
     fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) -> Result<(), Error> {
         for t in tr.iter() {
-            let metrics = metrics_hash(ruby, &t.metrics)?;
+            let metrics = metrics_hash(ruby, &t.metrics, rb_self.shared.is_mapped())?;
             let before = &t.window_before;
+            let last_error = match rb_self.last_error.load(Ordering::Relaxed) {
+                0 => ruby.qnil().as_value(),
+                // SAFETY: a class kept alive by the breaker's mark.
+                raw => unsafe { Value::from_raw(raw as rb_sys::VALUE) },
+            };
             let args = (
                 state_sym(ruby, t.from),
                 state_sym(ruby, t.to),
@@ -527,6 +560,7 @@ impl Breaker {
                 metrics,
                 before.error_rate(),
                 before.slow_call_rate(),
+                last_error,
             );
             rb_self.funcall::<_, _, Value>(*ID_TRANSITION, args)?;
             std::hint::black_box(&args);
@@ -613,7 +647,10 @@ impl Breaker {
                 // break, next, throw, return: the block finished early.
                 ErrorType::Jump(_) => (Outcome::Success { duration_ms }, None),
                 ErrorType::Exception(ex) => match this.classify(ruby, *ex) {
-                    Ok(true) => (Outcome::Failure { duration_ms }, None),
+                    Ok(true) => {
+                        this.last_error.store(ex.class().as_raw() as usize, Ordering::Relaxed);
+                        (Outcome::Failure { duration_ms }, None)
+                    }
                     Ok(false) => (Outcome::Released, None),
                     Err(e) => (Outcome::Failure { duration_ms }, Some(e)),
                 },
@@ -736,7 +773,7 @@ impl Breaker {
     }
 
     fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
-        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?)
+        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, rb_self.shared.is_mapped())
     }
 
     fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {

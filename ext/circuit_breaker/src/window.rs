@@ -84,6 +84,12 @@ impl Shared {
         }
     }
 
+    /// Whether the record is in a file every process of the host maps
+    /// (its counters are host-wide).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.store, Store::Mapped(_))
+    }
+
     fn published(&self) -> &AtomicU64 {
         match &self.store {
             Store::Heap(_) => &self.published,

@@ -1,7 +1,7 @@
 //! The logic of the `circuit_breaker` gem, in plain Rust.
 //!
 //! Windows of recent calls ([`window`]), the breaker's state machine with
-//! its half-open ramp ([`state`], [`ramp`]) and validated configuration
+//! its half-open ramp ([`state`], [`ramp`]), cumulative [`counters`] and validated configuration
 //! ([`config`]). Nothing here knows about Ruby: inputs and outputs are plain
 //! values, time is passed in as `now` ([`clock`]), and the breaker's whole
 //! mutable state is a plain-data record that a caller keeps behind one lock
@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod counters;
 pub mod ramp;
 pub mod record;
 pub mod shm;
@@ -17,6 +18,7 @@ pub mod window;
 
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Nanos};
 pub use config::{Config, ConfigError, Options};
+pub use counters::Counters;
 pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
 pub use record::{HeapRecord, Layout, Record, WindowSpec};
 pub use window::{Bucket, Buckets, CountWindow, Counts, PlacedWindow, RelSlice, Slots, TimeWindow, Window};

@@ -18,7 +18,7 @@ use crate::record::{Layout, Record, WindowSpec};
 
 const MAGIC: [u8; 8] = *b"CBREAKR\0";
 /// Bumped whenever the file's layout or the record's layout changes.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 const READY: u32 = 0x5245_4144;
 
 #[repr(C)]

@@ -18,6 +18,7 @@
 
 use crate::clock::Nanos;
 use crate::config::Config;
+use crate::counters::Counters;
 use crate::ramp::{Stage, Verdict};
 use crate::window::{Buckets, Counts, Slots, Window};
 
@@ -122,8 +123,12 @@ pub enum Outcome {
 pub struct Metrics {
     pub state: State,
     pub counts: Counts,
-    /// Calls rejected since creation.
-    pub rejected: u64,
+    /// What happened since creation.
+    pub counters: Counters,
+    /// While open or half-open: the window that opened the breaker (entering
+    /// open empties the window, so this is what a dashboard shows). None in
+    /// the other states.
+    pub tripped: Option<Counts>,
     /// The half-open ramp stage; None outside half-open.
     pub stage: Option<u32>,
     /// Share of calls admitted now: 1.0 closed or disabled, 0.0 open or
@@ -182,7 +187,9 @@ pub struct Breaker {
     /// next reopen multiplies; 0 once closed.
     open_base: Nanos,
     stage: Stage,
-    rejected: u64,
+    counters: Counters,
+    /// The window just before the last opening (see [`Metrics::tripped`]).
+    tripped: Counts,
     rng: u64,
 }
 
@@ -196,7 +203,8 @@ impl Breaker {
             open_for: 0,
             open_base: 0,
             stage: Stage::new(0, 0),
-            rejected: 0,
+            counters: Counters::default(),
+            tripped: Counts::default(),
             rng: seed,
         }
     }
@@ -285,6 +293,7 @@ impl Breaker {
     ) -> Transitions {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
+        self.counters.settled(outcome, w.slow_threshold_ms());
         if permit.generation != self.generation {
             return out;
         }
@@ -315,6 +324,7 @@ impl Breaker {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         if matches!(self.state, State::Closed | State::Disabled) {
+            self.counters.settled(outcome, w.slow_threshold_ms());
             self.record_closed(w, cfg, outcome, now, &mut out);
         }
         out
@@ -359,7 +369,7 @@ impl Breaker {
     }
 
     fn reject(&mut self, state: State, retry_after: Option<Nanos>) -> Decision {
-        self.rejected = self.rejected.saturating_add(1);
+        self.counters.rejected();
         Decision::Rejected(Rejection { state, retry_after })
     }
 
@@ -455,6 +465,14 @@ impl Breaker {
                 self.open_base = 0;
             }
             State::Open => {
+                if from != State::Open {
+                    self.counters.opened();
+                    // A half-open stage that timed out before any probe
+                    // finished keeps the rates that opened it before.
+                    if !(from == State::HalfOpen && window_before.total == 0) {
+                        self.tripped = window_before;
+                    }
+                }
                 w.reset();
                 self.open_for = self.next_open_duration(from, reason, cfg);
                 self.opened_at = now;
@@ -506,7 +524,8 @@ impl Breaker {
                 (Some(i), cfg.ramp_shares[i as usize], Some(0))
             }
         };
-        Metrics { state: self.state, counts: w.counts(now), rejected: self.rejected, stage, admit_share, retry_after }
+        let tripped = matches!(self.state, State::Open | State::HalfOpen).then_some(self.tripped);
+        Metrics { state: self.state, counts: w.counts(now), counters: self.counters, tripped, stage, admit_share, retry_after }
     }
 }
 

@@ -178,8 +178,16 @@ fn a_breaker_opens_probes_reopens_longer_then_recovers_step_by_step() {
     let opened = t0 + 3 * MS;
     let t = r.call(FAIL, opened);
     assert_eq!(changes(&t), [(Closed, Open, ErrorRate)]);
-    let open_metrics =
-        Metrics { state: Open, counts: Counts::default(), rejected: 0, stage: None, admit_share: 0.0, retry_after: Some(10 * SEC) };
+    // Counters keep what happened; `tripped` keeps the window that opened it.
+    let open_metrics = Metrics {
+        state: Open,
+        counts: Counts::default(),
+        counters: Counters { calls: 4, successes: 2, failures: 2, slow: 0, rejected: 0, opened: 1 },
+        tripped: Some(Counts { total: 4, failures: 2, slow_calls: 0 }),
+        stage: None,
+        admit_share: 0.0,
+        retry_after: Some(10 * SEC),
+    };
     assert_eq!(only(&t).metrics, open_metrics);
 
     // Open: every call is rejected with the real remaining time.
@@ -191,7 +199,8 @@ fn a_breaker_opens_probes_reopens_longer_then_recovers_step_by_step() {
     let (d, t) = r.acquire(half);
     assert_eq!(changes(&t), [(Open, HalfOpen, CoolDownElapsed)]);
     let m = only(&t).metrics;
-    assert_eq!((m.state, m.stage, m.admit_share, m.retry_after, m.rejected), (HalfOpen, Some(0), 0.5, Some(0), 1));
+    assert_eq!((m.state, m.stage, m.admit_share, m.retry_after, m.counters.rejected), (HalfOpen, Some(0), 0.5, Some(0), 1));
+    assert_eq!(m.tripped, open_metrics.tripped);
     let Decision::Allowed(p1) = d else { panic!("first call of a stage rejected: {d:?}") };
     assert!(p1.probe);
     assert_eq!(r.rejection(half), Rejection { state: HalfOpen, retry_after: Some(0) });
@@ -200,14 +209,16 @@ fn a_breaker_opens_probes_reopens_longer_then_recovers_step_by_step() {
     assert!(!r.admitted(half));
     assert!(!r.admitted(half));
     assert_eq!(r.b.probes_in_flight(), 2);
-    assert_eq!(r.metrics(half).rejected, 4);
+    assert_eq!(r.metrics(half).counters.rejected, 4);
 
     // One failed probe can no longer reach advance_rate 1.0: open at once,
     // for twice as long (backoff 2).
     let reopened = half + SEC;
     let t = r.complete(p1, FAIL, reopened);
     assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)]);
-    assert_eq!(only(&t).metrics, Metrics { rejected: 4, retry_after: Some(20 * SEC), ..open_metrics });
+    let counters = Counters { calls: 5, failures: 3, rejected: 4, opened: 2, ..open_metrics.counters };
+    let tripped = Some(Counts { total: 1, failures: 1, slow_calls: 0 });
+    assert_eq!(only(&t).metrics, Metrics { counters, tripped, retry_after: Some(20 * SEC), ..open_metrics });
 
     // The other probe belongs to the previous generation: it decides nothing.
     assert!(r.complete(p2, OK, reopened + SEC).is_empty());
@@ -235,7 +246,15 @@ fn a_breaker_opens_probes_reopens_longer_then_recovers_step_by_step() {
     assert_eq!(changes(&t), [(HalfOpen, Closed, ProbesPassed)]);
     assert_eq!(
         only(&t).metrics,
-        Metrics { state: Closed, counts: Counts::default(), rejected: 5, stage: None, admit_share: 1.0, retry_after: Some(0) }
+        Metrics {
+            state: Closed,
+            // The late probe p2 counts too: it happened, though it decided nothing.
+            counters: Counters { calls: 10, successes: 7, failures: 3, slow: 0, rejected: 5, opened: 2 },
+            tripped: None,
+            admit_share: 1.0,
+            retry_after: Some(0),
+            ..open_metrics
+        }
     );
 
     // Closing reset the backoff: the next opening lasts open_duration again.
@@ -1006,21 +1025,95 @@ fn every_rejection_is_counted() {
     for i in 0..3 {
         r.rejection(i * SEC);
     }
-    assert_eq!(r.metrics(3 * SEC).rejected, 3);
+    assert_eq!(r.metrics(3 * SEC).counters.rejected, 3);
     let half = 10 * SEC;
     let t = r.acquire(half).1;
-    assert_eq!(only(&t).metrics.rejected, 3);
+    assert_eq!(only(&t).metrics.counters.rejected, 3);
     // Off the beat, then on the beat over the quota.
     r.rejection(half);
     r.rejection(half);
-    assert_eq!(r.metrics(half).rejected, 5);
+    assert_eq!(r.metrics(half).counters.rejected, 5);
     r.force_open(half);
     r.rejection(half);
     r.rejection(half);
     // Admitted calls are no rejections.
     r.reset(half);
     r.call(OK, half);
-    assert_eq!(r.metrics(half).rejected, 7);
+    assert_eq!(r.metrics(half).counters.rejected, 7);
+}
+
+/// Counters through every path a call can take (docs/operating.md).
+#[test]
+fn counters_count_every_path_since_creation() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 2;
+        o.open_duration = 10.0;
+    });
+    let c = |r: &mut Rig, now| r.metrics(now).counters;
+    r.call(OK, 0);
+    r.call(SLOW_OK, 0);
+    let p = r.permit(0);
+    // Ignored error or killed thread: a call, without an outcome.
+    r.complete(p, Outcome::Released, 0);
+    assert_eq!(c(&mut r, 0), Counters { calls: 3, successes: 2, failures: 0, slow: 1, rejected: 0, opened: 0 });
+    // A slow failure is both; two failures in 4 open it.
+    let late = r.permit(0);
+    r.call(Outcome::Failure { duration_ms: 900.0 }, 0);
+    r.call(FAIL, 0);
+    assert_eq!(r.state(0), Open);
+    // A call admitted before the opening counts when it ends, deciding nothing.
+    assert!(r.complete(late, OK, SEC).is_empty());
+    // Without a permit while open: neither recorded nor counted.
+    r.unpermitted(FAIL, SEC);
+    r.rejection(SEC);
+    assert_eq!(c(&mut r, SEC), Counters { calls: 6, successes: 3, failures: 2, slow: 2, rejected: 1, opened: 1 });
+    // trip! while open restarts the opening: not a second one.
+    r.trip(2 * SEC);
+    assert_eq!(c(&mut r, 2 * SEC).opened, 1);
+    // Forced open rejects (and counts the rejections); disabled admits and counts.
+    r.force_open(2 * SEC);
+    r.rejection(2 * SEC);
+    r.disable(2 * SEC);
+    r.call(FAIL, 2 * SEC);
+    r.call(FAIL, 2 * SEC);
+    r.unpermitted(OK, 2 * SEC);
+    assert_eq!(r.state(2 * SEC), Disabled);
+    assert_eq!(c(&mut r, 2 * SEC), Counters { calls: 9, successes: 4, failures: 4, slow: 2, rejected: 2, opened: 1 });
+    // Reset keeps the counters (they are since creation); trip! from closed is an opening.
+    r.reset(3 * SEC);
+    r.trip(3 * SEC);
+    assert_eq!(c(&mut r, 3 * SEC), Counters { calls: 9, successes: 4, failures: 4, slow: 2, rejected: 2, opened: 2 });
+}
+
+#[test]
+fn the_rates_that_opened_it_show_while_open_and_half_open_only() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 4;
+        o.open_duration = 10.0;
+        o.half_open_timeout = Some(5.0);
+    });
+    r.call(OK, 0);
+    r.call(SLOW_OK, 0);
+    r.call(FAIL, 0);
+    assert_eq!(r.metrics(0).tripped, None);
+    r.call(FAIL, 0);
+    let opened_by = Some(Counts { total: 4, failures: 2, slow_calls: 1 });
+    let m = r.metrics(0);
+    assert_eq!((m.counts.total, m.tripped), (0, opened_by));
+    assert_eq!(m.tripped.map(|t| (t.error_rate(), t.slow_call_rate())), Some((0.5, 0.25)));
+    assert_eq!(r.metrics(10 * SEC).tripped, opened_by, "half-open");
+    // A stage that times out before any probe finished keeps them.
+    let t = r.tick(15 * SEC);
+    assert_eq!(changes(&t), [(HalfOpen, Open, HalfOpenTimeout)]);
+    assert_eq!(only(&t).metrics.tripped, opened_by);
+    // A failed probe reopens it: its window is what opened it now.
+    let p = r.permit(25 * SEC);
+    r.complete(p, FAIL, 25 * SEC);
+    assert_eq!(r.metrics(25 * SEC).tripped, Some(Counts { total: 1, failures: 1, slow_calls: 0 }));
+    for manual in [Rig::force_open, Rig::disable, Rig::reset] {
+        manual(&mut r, 26 * SEC);
+        assert_eq!(r.metrics(26 * SEC).tripped, None);
+    }
 }
 
 // ---------------------------------------------------------------------------
