@@ -5,6 +5,20 @@ class CircuitBreaker
   # Root of the gem's errors.
   class Error < StandardError; end
 
+  # Raise it (or a subclass) inside {CircuitBreaker#call} to record the call
+  # as a failure whatever `record_errors:` and `ignore_errors:` say: the
+  # caller has decided. It leaves `call` as any exception does. The Faraday
+  # middleware carries a failed response out of `call` this way, so that
+  # which statuses fail stays independent of the breaker's error lists.
+  #
+  # @example A client that reports errors as values
+  #   breaker.call do
+  #     result = client.fetch
+  #     raise CircuitBreaker::Failure, result.error if result.error?
+  #     result
+  #   end
+  class Failure < Error; end
+
   # A call was rejected because the breaker is open, forced open, or
   # half-open with no probe slot for this call. Raised without a backtrace
   # capture, so rejecting stays cheap during an outage.

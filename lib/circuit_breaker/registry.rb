@@ -29,6 +29,12 @@ class CircuitBreaker
         end
       end
 
+      # @return [CircuitBreaker, nil] the breaker registered under `key`,
+      #   never creating one
+      def lookup(key)
+        LOCK.synchronize { ENTRIES[key]&.first }
+      end
+
       # The options that tell breakers apart, without `name:` (checked
       # against the name here).
       def options_without_name(key, options)

@@ -137,15 +137,18 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
     end
   end
 
-  it "counts 5xx, timeouts and refused connections with a breaker that records only Faraday::Error" do
+  it "counts failure statuses whatever the breaker's record_errors: and ignore_errors: say" do
     narrow = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 10,
-                                record_errors: [Faraday::Error], clock: clock)
+                                record_errors: [Faraday::ConnectionFailed], ignore_errors: [Faraday::ServerError],
+                                clock: clock)
     conn = ->(url) { Faraday.new(url) { |f| f.use described_class, breaker: narrow; f.options.timeout = 0.2 } }
-    conn.call(upstream.url).get("/status/500")
-    expect { conn.call(upstream.url).get("/delay/2000") }.to raise_error(Faraday::TimeoutError)
+    expect(conn.call(upstream.url).get("/status/500").status).to eq(500)
+    expect(conn.call(upstream.url).get("/status/404").status).to eq(404)
     expect { conn.call("http://127.0.0.1:#{closed_port}").get("/") }.to raise_error(Faraday::ConnectionFailed)
+    # A timeout is an exception: recorded as the breaker's lists say (ignored here).
+    expect { conn.call(upstream.url).get("/delay/2000") }.to raise_error(Faraday::TimeoutError)
 
-    expect(narrow.metrics).to include(total: 3, failures: 3)
+    expect(narrow.metrics).to include(total: 3, failures: 2)
   end
 
   it "decides failures with failure_statuses:" do
@@ -217,14 +220,118 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
       .to raise_error(TypeError, /failure_statuses/)
   end
 
-  it "can be used by its registered name" do
-    conn = Faraday.new(upstream.url) do |f|
-      f.request :circuit_breaker, breaker: breaker
-      f.adapter :net_http
+  it "is registered as :circuit_breaker for both f.request and f.use" do
+    %i[request use].each do |how|
+      conn = Faraday.new(upstream.url) do |f|
+        f.public_send(how, :circuit_breaker, breaker: breaker)
+        f.adapter :net_http
+      end
+      conn.get("/status/500")
     end
-    conn.get("/status/500")
 
-    expect(counts).to include(failures: 1)
+    expect(counts).to include(failures: 2)
+  end
+
+  describe "fallback: an Integer status" do
+    it "returns that status with a Retry-After header and no body, without a request" do
+      conn = connection(fallback: 503)
+      breaker.trip!
+      before = upstream.requests
+
+      response = conn.get("/status/200")
+
+      expect([response.status, response.headers["Retry-After"], response.body]).to eq([503, "30", ""])
+      expect(upstream.requests).to eq(before)
+    end
+
+    it "refuses a status outside 100..599" do
+      expect { described_class.new(nil, breaker: breaker, fallback: 700) }.to raise_error(ArgumentError, /100\.\.599/)
+    end
+  end
+
+  describe "breaker: per request" do
+    it "uses the breaker a callable chooses from the env: one per host" do
+      per_host = Hash.new do |h, host|
+        h[host] = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 2, clock: clock)
+      end
+      conn = ->(host) { Faraday.new("http://#{host}:#{URI(upstream.url).port}") { |f| f.request :circuit_breaker, breaker: ->(env) { per_host[env.url.host] } } }
+      2.times { conn.call("127.0.0.1").get("/status/500") }
+
+      expect(per_host["127.0.0.1"].state).to eq(:open)
+      expect { conn.call("127.0.0.1").get("/status/200") }.to raise_error(CircuitOpenError)
+      expect(conn.call("localhost").get("/status/200").status).to eq(200) # another host, another breaker
+      expect(per_host["localhost"].metrics).to include(state: :closed, total: 1)
+    end
+
+    it "looks up a name the callable returns in the registry" do
+      name = "faraday-per-request-#{rand(1 << 30)}"
+      registered = CircuitBreaker.for(name, min_calls: 5)
+      conn = Faraday.new(upstream.url) { |f| f.request :circuit_breaker, breaker: ->(_env) { name } }
+      conn.get("/status/500")
+
+      expect(registered.metrics).to include(total: 1, failures: 1)
+    ensure
+      CircuitBreaker.send(:const_get, :Registry)::ENTRIES.delete(name)
+    end
+  end
+
+  it "refuses a registry name nobody registered, before any request" do
+    conn = Faraday.new(upstream.url) { |f| f.request :circuit_breaker, breaker: "ordrs-#{rand(1 << 30)}" }
+    before = upstream.requests
+
+    expect { conn.get("/status/200") }.to raise_error(ArgumentError, /no breaker is registered as "ordrs-\d+"/)
+    expect(upstream.requests).to eq(before)
+  end
+
+  # The orders docs/faraday.md recommends, each proven here.
+  describe "with response :raise_error" do
+    def raising_connection(breaker_inside: true)
+      Faraday.new(upstream.url) do |f|
+        f.request :circuit_breaker, breaker: breaker unless breaker_inside
+        f.response :raise_error
+        f.request :circuit_breaker, breaker: breaker if breaker_inside
+        f.adapter :net_http
+      end
+    end
+
+    it "recommended, raise_error before the breaker: 404s raise and are successes; 5xx raise and open it" do
+      conn = raising_connection
+      5.times { expect { conn.get("/status/404") }.to raise_error(Faraday::ResourceNotFound) }
+      expect(breaker.metrics).to include(state: :closed, total: 5, failures: 0)
+
+      5.times { expect { conn.get("/status/503") }.to raise_error(Faraday::ServerError) } # 5 of 10: 50 %
+      expect(breaker.state).to eq(:open)
+      before = upstream.requests
+      expect { conn.get("/status/200") }.to raise_error(CircuitOpenError)
+      expect(upstream.requests).to eq(before)
+    end
+
+    it "the other order judges raise_error's exceptions by their status too" do
+      conn = raising_connection(breaker_inside: false)
+      5.times { expect { conn.get("/status/404") }.to raise_error(Faraday::ResourceNotFound) }
+      expect(breaker.metrics).to include(state: :closed, total: 5, failures: 0)
+
+      expect { conn.get("/status/500") }.to raise_error(Faraday::ServerError)
+      expect(breaker.metrics).to include(total: 6, failures: 1)
+    end
+  end
+
+  describe "with Faraday's retry middleware" do
+    it "recommended, retry before the breaker: each attempt counts, and an open breaker ends the retries" do
+      conn = Faraday.new(upstream.url) do |f|
+        f.request :retry, max: 2, interval: 0, retry_statuses: [503]
+        f.request :circuit_breaker, breaker: breaker
+        f.adapter :net_http
+      end
+      before = upstream.requests
+
+      expect(conn.get("/status/503").status).to eq(503) # 3 attempts, 3 failures
+      expect(breaker.metrics).to include(state: :closed, total: 3, failures: 3)
+      # The 4th attempt opens the breaker; the retry after it is rejected, not sent.
+      expect { conn.get("/status/503") }.to raise_error(CircuitOpenError)
+      expect(upstream.requests - before).to eq(4)
+      expect(breaker.metrics[:rejected]).to eq(1)
+    end
   end
 
   it "is not loaded, and neither is Faraday, by require \"circuit_breaker\"" do

@@ -33,7 +33,7 @@ use magnus::symbol::IntoSymbol;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::errors::{arg_error, config_error, type_error, OPEN_ERROR};
+use crate::errors::{arg_error, config_error, type_error, FAILURE, OPEN_ERROR};
 use crate::window::{default_shared, shared_of, Shared};
 
 #[derive(TypedData)]
@@ -684,6 +684,10 @@ impl Breaker {
     /// Whether a raised exception is recorded as a failure (true) or passes
     /// through unrecorded (false).
     fn classify(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
+        // Checked first: a caller that raises it has decided (docs/semantics.md).
+        if ex.is_kind_of(ruby.get_inner(&FAILURE)) {
+            return Ok(true);
+        }
         if !self.ignore_errors.is_empty() && self.ignore_errors.hit(ruby, ex)? {
             return Ok(false);
         }

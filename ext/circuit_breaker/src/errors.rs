@@ -10,15 +10,24 @@ pub static OPEN_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
     open_error_class(ruby).unwrap_or_else(|_| ruby.exception_standard_error())
 });
 
+/// `CircuitBreaker::Failure`: raised inside `call`, always a failure.
+pub static FAILURE: Lazy<ExceptionClass> = Lazy::new(|ruby| {
+    declared(ruby, "Failure").unwrap_or_else(|_| ruby.exception_standard_error())
+});
+
 fn open_error_class(ruby: &Ruby) -> Result<ExceptionClass, Error> {
+    declared(ruby, "OpenError")
+}
+
+fn declared(ruby: &Ruby, name: &str) -> Result<ExceptionClass, Error> {
     let breaker: RClass = ruby.class_object().const_get("CircuitBreaker")?;
-    breaker.const_get("OpenError")
+    breaker.const_get(name)
 }
 
 /// Refuses to load unless lib/circuit_breaker/errors.rb declared the errors
 /// first (requiring the native library alone is a mistake, said plainly).
 pub fn check_declared(ruby: &Ruby) -> Result<(), Error> {
-    open_error_class(ruby).map(|_| ()).map_err(|_| {
+    open_error_class(ruby).and_then(|_| declared(ruby, "Failure")).map(|_| ()).map_err(|_| {
         Error::new(
             ruby.exception_load_error(),
             "load the gem with `require \"circuit_breaker\"`, not its native library alone",
