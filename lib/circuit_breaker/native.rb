@@ -1,0 +1,335 @@
+# frozen_string_literal: true
+
+# Documentation of the methods the Rust extension defines
+# (ext/circuit_breaker/src/), written where rdoc and ri look: rdoc reads
+# `##` comments with a `:method:` directive as methods of the enclosing
+# class. Nothing requires this file; loading it would define nothing.
+# spec/circuit_breaker/native_docs_spec.rb checks that every native method
+# has its entry here. The behaviour is described in docs/semantics.md, the
+# options in docs/configuration.md.
+
+class CircuitBreaker
+  ##
+  # :singleton-method: new
+  # :call-seq:
+  #   CircuitBreaker.new(window: nil, error_rate_threshold: 0.5, slow_rate_threshold: 0.8, min_calls: 20,
+  #                      open_duration: 30, half_open_calls: 2, ramp: [1.0], advance_rate: 1.0,
+  #                      reopen_rate: nil, record_errors: [StandardError], ignore_errors: [],
+  #                      failure_if: nil, half_open_timeout: nil, backoff: 1.0, max_open_duration: nil,
+  #                      jitter: 0.0, name: nil, clock: nil, logger: nil, shared: nil) -> breaker
+  #
+  # A breaker, closed, recording into +window+ (default
+  # <tt>SlidingWindow.new(size: 100)</tt>). Every option is a keyword and
+  # optional; docs/configuration.md lists each with its range. A value out of
+  # range raises ArgumentError, a value of the wrong type TypeError, both
+  # naming the option.
+  #
+  #   breaker = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 50),
+  #                                min_calls: 10, open_duration: 15, name: "payments")
+
+  ##
+  # :singleton-method: shared_path
+  # :call-seq:
+  #   CircuitBreaker.shared_path(name) -> String
+  #
+  # The file that holds the breaker opened with <tt>shared: name</tt>
+  # (docs/shared.md), e.g. <tt>/dev/shm/circuit_breaker-1000-payments</tt>.
+
+  ##
+  # :method: call
+  # :call-seq:
+  #   call { ... } -> obj
+  #
+  # Runs the block if the breaker admits the call, and returns its value.
+  # Rejected (open, forced open, or half-open without a probe slot): raises
+  # CircuitBreaker::OpenError (+CircuitOpenError+) without running the block.
+  #
+  # The block runs with no lock held, timed with the breaker's clock. Its
+  # outcome is recorded: a value is a success (unless +failure_if+ says
+  # otherwise); an exception is a failure when +record_errors+ matches it
+  # (default StandardError) and is re-raised unchanged; +ignore_errors+,
+  # non-StandardError exceptions and a killed thread record nothing; a
+  # CircuitBreaker::Failure and Timeout::Error are always failures;
+  # +break+/+next+/+throw+/+return+ are successes. A call that took
+  # +slow_threshold_ms+ or longer is also slow. docs/semantics.md has the
+  # whole table.
+  #
+  #   begin
+  #     breaker.call { http.get("/orders") }
+  #   rescue CircuitOpenError => e
+  #     cached_orders   # e.retry_after: seconds until probes are admitted
+  #   end
+
+  ##
+  # :method: state
+  # :call-seq:
+  #   state -> :closed, :open, :half_open, :forced_open or :disabled
+  #
+  # The state now, after applying the timers that are due (an open breaker
+  # whose +open_duration+ has passed answers +:half_open+).
+
+  ##
+  # :method: metrics
+  # :call-seq:
+  #   metrics -> Hash (frozen)
+  #
+  # The state and the window's counts at this instant: +:state+, +:total+,
+  # +:failures+, +:slow_calls+, +:error_rate+, +:slow_call_rate+,
+  # +:rejected+ (since creation), +:stage+ (the half-open ramp stage or nil),
+  # +:admit_share+ and +:retry_after+. docs/operating.md describes each key.
+
+  ##
+  # :method: retry_after
+  # :call-seq:
+  #   retry_after -> Float or nil
+  #
+  # Seconds until an open breaker admits probes; 0.0 when closed, half-open
+  # or disabled; nil when forced open.
+
+  ##
+  # :method: trip!
+  # :call-seq:
+  #   trip! -> self
+  #
+  # Opens the breaker now, from any state, for +open_duration+ (no backoff,
+  # no jitter). The event's reason is +:manual+.
+
+  ##
+  # :method: reset!
+  # :call-seq:
+  #   reset! -> self
+  #
+  # Closes the breaker and empties its window, from any state (the way out
+  # of +force_open!+ and +disable!+).
+
+  ##
+  # :method: force_open!
+  # :call-seq:
+  #   force_open! -> self
+  #
+  # Rejects every call until +reset!+, whatever the time; +retry_after+ is
+  # nil meanwhile.
+
+  ##
+  # :method: disable!
+  # :call-seq:
+  #   disable! -> self
+  #
+  # Admits every call until +reset!+: calls are still recorded, the breaker
+  # never trips.
+
+  ##
+  # :method: name
+  # :call-seq:
+  #   name -> String or nil
+  #
+  # The breaker's name (a frozen String), shown in errors, events and logs.
+
+  ##
+  # :method: window
+  # :call-seq:
+  #   window -> SlidingWindow or TimeWindow
+  #
+  # The live window the breaker records into: its readers show what the
+  # breaker sees.
+
+  class SlidingWindow
+    ##
+    # :singleton-method: new
+    # :call-seq:
+    #   SlidingWindow.new(size: 100, slow_threshold_ms: 800) -> window
+    #
+    # A window of the last +size+ recorded calls (1..1_000_000). A call is
+    # slow when it took +slow_threshold_ms+ (finite, > 0) or longer.
+
+    ##
+    # :method: size
+    # :call-seq:
+    #   size -> Integer
+    #
+    # How many calls the window keeps.
+
+    ##
+    # :method: record
+    # :call-seq:
+    #   record(duration_ms:, success:) -> self
+    #
+    # Records one call: +success+ truthy or falsy, +duration_ms+ a finite
+    # Numeric >= 0.
+
+    ##
+    # :method: total
+    # :call-seq:
+    #   total -> Integer
+    #
+    # Calls in the window.
+
+    ##
+    # :method: failures
+    # :call-seq:
+    #   failures -> Integer
+    #
+    # Failed calls in the window.
+
+    ##
+    # :method: slow_calls
+    # :call-seq:
+    #   slow_calls -> Integer
+    #
+    # Slow calls in the window (a slow call may also be a failure).
+
+    ##
+    # :method: error_rate
+    # :call-seq:
+    #   error_rate -> Float
+    #
+    # +failures+ / +total+; 0.0 when empty.
+
+    ##
+    # :method: slow_call_rate
+    # :call-seq:
+    #   slow_call_rate -> Float
+    #
+    # +slow_calls+ / +total+; 0.0 when empty.
+
+    ##
+    # :method: reset
+    # :call-seq:
+    #   reset -> self
+    #
+    # Empties the window.
+
+    ##
+    # :method: slow_threshold_ms
+    # :call-seq:
+    #   slow_threshold_ms -> Float
+    #
+    # The duration from which a call is slow.
+
+    ##
+    # :method: inspect
+    # :call-seq:
+    #   inspect -> String
+    #
+    # The configuration and the counts.
+  end
+
+  class TimeWindow
+    ##
+    # :singleton-method: new
+    # :call-seq:
+    #   TimeWindow.new(seconds: 10, buckets: 10, slow_threshold_ms: 800, clock: nil) -> window
+    #
+    # A window of the calls that finished in the last +seconds+, kept in
+    # +buckets+ (1..3600) that expire whole. Without +clock+ it uses the
+    # monotonic clock, or the breaker's clock once handed to a breaker.
+
+    ##
+    # :method: seconds
+    # :call-seq:
+    #   seconds -> Float
+    #
+    # The span of the window.
+
+    ##
+    # :method: buckets
+    # :call-seq:
+    #   buckets -> Integer
+    #
+    # How many buckets the span is cut into.
+
+    ##
+    # :method: record
+    # :call-seq:
+    #   record(duration_ms:, success:) -> self
+    #
+    # Records one call, finished now.
+
+    ##
+    # :method: total
+    # :call-seq:
+    #   total -> Integer
+    #
+    # Calls in the window.
+
+    ##
+    # :method: failures
+    # :call-seq:
+    #   failures -> Integer
+    #
+    # Failed calls in the window.
+
+    ##
+    # :method: slow_calls
+    # :call-seq:
+    #   slow_calls -> Integer
+    #
+    # Slow calls in the window.
+
+    ##
+    # :method: error_rate
+    # :call-seq:
+    #   error_rate -> Float
+    #
+    # +failures+ / +total+; 0.0 when empty.
+
+    ##
+    # :method: slow_call_rate
+    # :call-seq:
+    #   slow_call_rate -> Float
+    #
+    # +slow_calls+ / +total+; 0.0 when empty.
+
+    ##
+    # :method: reset
+    # :call-seq:
+    #   reset -> self
+    #
+    # Empties the window.
+
+    ##
+    # :method: slow_threshold_ms
+    # :call-seq:
+    #   slow_threshold_ms -> Float
+    #
+    # The duration from which a call is slow.
+
+    ##
+    # :method: inspect
+    # :call-seq:
+    #   inspect -> String
+    #
+    # The configuration and the counts.
+  end
+
+  class ManualClock
+    ##
+    # :singleton-method: new
+    # :call-seq:
+    #   ManualClock.new(start = 0.0) -> clock
+    #
+    # A clock for tests that moves only when told. Pass it as +clock:+ to a
+    # breaker or a TimeWindow.
+
+    ##
+    # :method: now
+    # :call-seq:
+    #   now -> Float
+    #
+    # The clock's time, in seconds.
+
+    ##
+    # :method: advance
+    # :call-seq:
+    #   advance(seconds) -> self
+    #
+    # Moves the clock forward by +seconds+ (a finite Numeric >= 0).
+
+    ##
+    # :method: inspect
+    # :call-seq:
+    #   inspect -> String
+    #
+    # The clock's time.
+  end
+end
