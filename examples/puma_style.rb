@@ -55,7 +55,7 @@ breaker = CircuitBreaker.new(
 events = [] # each process fills its own copy (fork copies the listener too)
 breaker.on_state_change { |e| events << "#{e.from} -> #{e.to} (#{e.reason})" }
 
-puts "master #{Process.pid}: breaker #{breaker.name.inspect} shared in #{CircuitBreaker.shared_path(KEY)}"
+puts "master #{Process.pid}: breaker #{breaker.name.inspect} shared in #{breaker.shared_path}"
 puts "  min_calls #{MIN_CALLS}, open_duration #{OPEN_DURATION}s, #{WORKERS} workers x #{CALLS} calls"
 
 # Two gates: a worker waits on a pipe until the master closes its end, so
@@ -139,4 +139,4 @@ show(reports)
 puts "  => master: state #{breaker.state}"
 
 workers.each { |pid, _| Process.wait(pid) }
-File.delete(CircuitBreaker.shared_path(KEY)) # a real app keeps it; delete it when retiring the name
+# The file goes once no process maps it (removed by the next shared breaker opened on this host).

@@ -62,4 +62,11 @@ class CircuitBreaker
       end
     end
   end
+
+  # A `shared:` breaker's lock stayed busy past its bound (a process holding
+  # it is stopped or frozen), so a step that cannot be skipped (`metrics`,
+  # `trip!`, `reset!`, `force_open!`, `disable!`, window readers) did not
+  # run. Calls never raise it: they are decided from the published state.
+  # See docs/shared.md.
+  class LockTimeoutError < Error; end
 end

@@ -1,23 +1,16 @@
 # frozen_string_literal: true
 
+require "tmpdir"
+
 # `shared:` within one process: two breaker objects opened under one name
 # are views of one breaker in a mapped file. The cross-process behaviour
 # (fork, kill -9, foreign files) is in spec/integration/shared_spec.rb.
 RSpec.describe CircuitBreaker, "shared: within one process" do
-  # A shared name of this process only, and the files to delete afterwards.
+  # A shared name of this process only (files no process maps any more are
+  # removed by the next breaker opened in their directory).
   def shared_name(label = "unit")
     @shared_seq = (@shared_seq || 0) + 1
-    name = "spec-#{label}-#{Process.pid}-#{@shared_seq}-#{rand(1 << 32)}"
-    (@shared_names ||= []) << name
-    name
-  end
-
-  after do
-    (@shared_names || []).each do |name|
-      File.delete(CircuitBreaker.shared_path(name))
-    rescue SystemCallError
-      nil
-    end
+    "spec-#{label}-#{Process.pid}-#{@shared_seq}-#{rand(1 << 32)}"
   end
 
   let(:clock) { CircuitBreaker::ManualClock.new }
@@ -141,43 +134,49 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
     end
   end
 
-  describe ".shared_path" do
+  describe "#shared_path" do
     let(:uid) { Process.uid }
 
     around do |example|
       saved = ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", nil)
-      ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
       example.run
     ensure
       saved ? ENV["CIRCUIT_BREAKER_SHM_DIR"] = saved : ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
     end
 
-    it "names a file of this user under /dev/shm" do
+    it "names a file of this user under /dev/shm, keyed by name and configuration" do
       skip "no /dev/shm here" unless File.directory?("/dev/shm")
+      ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
+      key = shared_name
 
-      expect(described_class.shared_path("payments")).to eq("/dev/shm/circuit_breaker-#{uid}-payments")
+      path = described_class.new(shared: key).shared_path
+      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}-#{key}-\h{16}\z})
+      expect(described_class.new(shared: key).shared_path).to eq(path)
+      expect(described_class.new(shared: key, min_calls: 7).shared_path).not_to eq(path)
     end
 
     it "escapes every byte a file name should not hold" do
-      path = described_class.shared_path("pay/ments ü%")
+      path = described_class.new(shared: "pay/ments ü%#{shared_name}").shared_path
 
-      expect(File.basename(path)).to eq("circuit_breaker-#{uid}-pay%2Fments%20%C3%BC%25")
-      expect(File.basename(described_class.shared_path("a-b_c.9"))).to eq("circuit_breaker-#{uid}-a-b_c.9")
-      expect(File.basename(described_class.shared_path("../x"))).to eq("circuit_breaker-#{uid}-..%2Fx")
+      expect(File.basename(path)).to start_with("circuit_breaker-#{uid}-pay%2Fments%20%C3%BC%25spec-unit-")
+      expect(File.basename(described_class.new(shared: "../x#{shared_name}").shared_path))
+        .to start_with("circuit_breaker-#{uid}-..%2Fxspec-")
     end
 
     it "follows $CIRCUIT_BREAKER_SHM_DIR" do
-      ENV["CIRCUIT_BREAKER_SHM_DIR"] = "/var/run/breakers"
+      Dir.mktmpdir do |dir|
+        ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
 
-      expect(described_class.shared_path("payments")).to eq("/var/run/breakers/circuit_breaker-#{uid}-payments")
+        expect(File.dirname(described_class.new(shared: shared_name).shared_path)).to eq(dir)
+      end
+    end
+
+    it "is nil for a breaker of this process" do
+      expect(described_class.new.shared_path).to be_nil
     end
 
     it "is where the breaker's file is created, private to its user" do
-      key = shared_name
-      path = described_class.shared_path(key)
-      expect(File.exist?(path)).to be(false)
-
-      described_class.new(shared: key)
+      path = described_class.new(shared: shared_name).shared_path
 
       expect(File.file?(path)).to be(true)
       expect(File.stat(path).mode & 0o777).to eq(0o600)
@@ -193,8 +192,7 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
 
     it "defaults to a Symbol key's String" do
       key = shared_name
-      expect(described_class.new(shared: key.to_sym).name).to eq(key)
-      expect(File.exist?(described_class.shared_path(key))).to be(true)
+      expect(described_class.new(shared: key.to_sym).shared_path).to eq(described_class.new(shared: key).shared_path)
     end
 
     it "may differ from the key, and appears in OpenError" do
@@ -225,8 +223,6 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
       expect { described_class.new(shared: "") }.to raise_error(ArgumentError, /shared must be a non-empty/)
       key = "#{shared_name}-\xff".b
       expect(described_class.new(shared: key).state).to eq(:closed)
-    ensure
-      File.delete(described_class.shared_path(key)) if key && File.exist?(described_class.shared_path(key))
     end
   end
 

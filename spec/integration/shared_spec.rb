@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "open3"
 require "tmpdir"
 
 # Forked processes on one `shared:` breaker: one trip for all, exact counts,
@@ -21,9 +22,9 @@ module SharedProcesses
 
   # Where glibc's robust mutex records its owner: the mutex follows the
   # header's fields (magic[8], version u32, ready u32, header_size,
-  # record_size, config_hash u64), and its futex word holds the owner's
-  # thread id (a process's main thread id is its pid).
-  MUTEX_OFFSET = 40
+  # record_size, config_hash, layout_hash u64), and its futex word holds the
+  # owner's thread id (a process's main thread id is its pid).
+  MUTEX_OFFSET = 48
   FUTEX_TID_MASK = 0x3fff_ffff
 
   @sequence = 0
@@ -183,19 +184,17 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
 
   after do
     @workers.each(&:kill!)
-    @names.each do |name|
-      File.delete(CircuitBreaker.shared_path(name))
-    rescue SystemCallError
-      nil
-    end
   end
 
-  # A shared name of this example only (its file is deleted afterwards).
+  # A shared name of this example only (its file is removed once no process
+  # maps it, by the next breaker opened in its directory).
   def shared_name(label)
-    name = "spec-#{label}-#{Process.pid}-#{SharedProcesses.next_number}"
-    File.delete(CircuitBreaker.shared_path(name)) if File.exist?(CircuitBreaker.shared_path(name))
-    @names << name
-    name
+    "spec-#{label}-#{Process.pid}-#{SharedProcesses.next_number}"
+  end
+
+  # The files of `key` in the shared directory.
+  def files_of(key)
+    Dir.glob(File.join(ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", "/dev/shm"), "circuit_breaker-*-#{key}-*"))
   end
 
   # A gate made before the workers that wait on it are forked.
@@ -388,7 +387,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
         end
       end
       workers.each(&:receive)
-      expect(File.exist?(CircuitBreaker.shared_path(key))).to be(false)
+      expect(files_of(key)).to be_empty
 
       start.open!
       expect(workers.map(&:result)).to all(eq(:done))
@@ -455,8 +454,8 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
 
     it "while it holds the lock does not block the others, and leaves the breaker consistent" do
       key = shared_name("kill")
-      path = CircuitBreaker.shared_path(key)
       parent = described_class.new(**options.call, shared: key)
+      path = parent.shared_path
       10.times { parent.call { :ok } }
       5.times { fail_call(parent) }
       holder = fork_worker("lock holder") do |out|
@@ -615,16 +614,20 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       described_class.new(**options, **overrides, shared: key)
     end
 
+    # The path of `key`'s file, made and left by another process (which no
+    # longer maps it).
+    def path_of(key)
+      fork_worker { open_breaker(key).shared_path }.result
+    end
+
     # The size of a file the gem makes for `options`.
     def file_size
-      key = shared_name("size")
-      open_breaker(key)
-      File.size(CircuitBreaker.shared_path(key))
+      File.size(path_of(shared_name("size")))
     end
 
     it "refuses random bytes of the right size, and leaves them alone" do
       key = shared_name("random")
-      path = CircuitBreaker.shared_path(key)
+      path = path_of(key)
       junk = "NOTOURS!".b + Random.bytes(file_size - 8)
       File.binwrite(path, junk)
       File.chmod(0o600, path)
@@ -635,7 +638,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
 
     it "refuses a file of another size" do
       key = shared_name("size")
-      path = CircuitBreaker.shared_path(key)
+      path = path_of(key)
       [17, file_size + 64].each do |size|
         File.binwrite(path, Random.bytes(size))
         expect { open_breaker(key) }.to raise_error(ArgumentError, /\Ashared: /)
@@ -645,7 +648,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
 
     it "initialises an empty private file made beforehand" do
       key = shared_name("empty")
-      path = CircuitBreaker.shared_path(key)
+      path = path_of(key)
       File.write(path, "")
       File.chmod(0o600, path)
 
@@ -659,9 +662,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
 
     it "refuses a file of another layout version" do
       key = shared_name("version")
-      path = CircuitBreaker.shared_path(key)
-      maker = fork_worker { open_breaker(key) && :made } # made and left by another process
-      expect(maker.result).to eq(:made)
+      path = path_of(key) # made and left by another process
       File.open(path, "r+b") { |f| f.pwrite([99].pack("L"), 8) }
 
       expect { open_breaker(key) }.to raise_error(ArgumentError, /\Ashared: .*layout version/)
@@ -670,13 +671,13 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
 
     it "rebuilds a file whose creator died before it was ready" do
       key = shared_name("unready")
-      path = CircuitBreaker.shared_path(key)
       maker = fork_worker do
         breaker = open_breaker(key)
         2.times { fail_call(breaker) }
-        breaker.state
+        [breaker.state, breaker.shared_path]
       end
-      expect(maker.result).to eq(:open)
+      state, path = maker.result
+      expect(state).to eq(:open)
       File.open(path, "r+b") { |f| f.pwrite([0].pack("L"), 12) }
 
       breaker = open_breaker(key)
@@ -696,7 +697,9 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       Dir.mktmpdir do |dir|
         target = File.join(dir, "victim")
         File.write(target, "")
-        File.symlink(target, CircuitBreaker.shared_path(key))
+        path = path_of(key)
+        File.delete(path)
+        File.symlink(target, path)
 
         expect { open_breaker(key) }.to raise_error { |e| refused_or_system_error(e) }
         expect(File.size(target)).to eq(0)
@@ -706,7 +709,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
     it "does not adopt a file another user owns" do
       skip "needs root to make a file of another user" unless Process.uid.zero?
       key = shared_name("foreign-owner")
-      path = CircuitBreaker.shared_path(key)
+      path = path_of(key)
       File.write(path, "")
       File.chmod(0o666, path)
       File.chown(65_534, 65_534, path)
@@ -716,7 +719,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
 
     it "refuses a file that other users may read or write" do
       key = shared_name("open-to-all")
-      path = CircuitBreaker.shared_path(key)
+      path = path_of(key)
       File.write(path, "")
       File.chmod(0o644, path)
 
@@ -724,7 +727,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       expect(File.size(path)).to eq(0)
     end
 
-    it "refuses another configuration or window, and keeps serving the processes that agree" do
+    it "gives another configuration or window its own file, so old and new workers both boot" do
       key = shared_name("config")
       first = open_breaker(key)
       2.times { first.call { :ok } }
@@ -737,15 +740,18 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
         { window: CircuitBreaker::SlidingWindow.new(size: 10, slow_threshold_ms: 100) },
         { window: CircuitBreaker::TimeWindow.new(seconds: 10, buckets: 10) }
       ]
-      others.each do |other|
-        expect { open_breaker(key, **other) }.to raise_error(ArgumentError, /\Ashared: /), "for #{other.inspect}"
+      paths = others.map do |other|
+        breaker = open_breaker(key, **other)
+        expect(breaker.metrics).to include(state: :closed, total: 0), "for #{other.inspect}"
+        breaker.shared_path
       end
+      expect(paths.uniq.size).to eq(others.size)
+      expect(paths).not_to include(first.shared_path)
+      # A new worker of the old configuration (a rolling deploy's other half).
       in_child = fork_worker do
-        open_breaker(key, min_calls: 3)
-      rescue ArgumentError => e
-        e.message
+        [open_breaker(key, min_calls: 3).metrics[:total], open_breaker(key).metrics[:total]]
       end
-      expect(in_child.result).to start_with("shared: ")
+      expect(in_child.result).to eq([0, 2])
 
       second = open_breaker(key)
       fail_call(second)
@@ -808,12 +814,178 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       it "is used when it works" do
         Dir.mktmpdir do |dir|
           ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
-          key = shared_name("place")
-          open_breaker(key)
-          expect(File.dirname(CircuitBreaker.shared_path(key))).to eq(dir)
-          expect(File.exist?(CircuitBreaker.shared_path(key))).to be(true)
+          breaker = open_breaker(shared_name("place"))
+          expect(File.dirname(breaker.shared_path)).to eq(dir)
+          expect(File.exist?(breaker.shared_path)).to be(true)
         end
       end
+    end
+  end
+
+  describe "a process stopped while it holds the lock" do
+    let(:clock) { CircuitBreaker::ManualClock.new }
+    let(:options) do
+      -> { { window: CircuitBreaker::SlidingWindow.new(size: 100), min_calls: 50, open_duration: 30, half_open_calls: 1 } }
+    end
+
+    # A child that takes the shared lock of `key` and is then stopped
+    # (SIGSTOP) while it holds it; killed by the after hook.
+    def stopped_holder(key, path)
+      holder = fork_worker("stopped holder") do |out|
+        breaker = described_class.new(**options.call, shared: key)
+        out.(:locking)
+        breaker.send(:__hold_shared_lock, 60_000)
+        :released
+      end
+      expect(holder.receive).to eq(:locking)
+      wait_for("the lock held by the child (pid #{holder.pid})") { lock_owner(path) == holder.pid }
+      Process.kill(:STOP, holder.pid)
+      holder
+    end
+
+    # Kills the stopped holder: the next locker recovers the lock.
+    def release(holder)
+      Process.kill(:CONT, holder.pid)
+      expect(holder.kill!.termsig).to eq(Signal.list.fetch("KILL"))
+    end
+
+    it "decides calls from the published state without the lock, drops and counts records, and raises nothing" do
+      key = shared_name("stopped")
+      parent = described_class.new(**options.call, shared: key)
+      parent.call { :ok }
+      holder = stopped_holder(key, parent.shared_path)
+
+      # Closed admits: the blocks run, their records are dropped.
+      expect(Array.new(5) { parent.call { :ran } }).to all(eq(:ran))
+      expect(parent.allow?).to be(true)
+      parent.record_success
+      expect(parent.state).to eq(:closed) # the published state
+
+      release(holder)
+      expect(parent.metrics).to include(state: :closed, total: 1, dropped_records: 6)
+    end
+
+    it "rejects while open and refuses half-open probes, from the published state" do
+      key = shared_name("stopped-open")
+      parent = described_class.new(**options.call, clock: clock, shared: key)
+      parent.trip!
+      holder = stopped_holder(key, parent.shared_path)
+
+      ran = false
+      expect { parent.call { ran = true } }.to raise_error(CircuitBreaker::OpenError) { |e|
+        expect([e.state, e.retry_after]).to eq([:open, 30.0])
+      }
+      expect(parent.allow?).to be(false)
+      expect(ran).to be(false)
+      release(holder)
+
+      clock.advance(30)
+      expect(parent.state).to eq(:half_open) # published by this step
+      holder = stopped_holder(key, parent.shared_path)
+      expect { parent.call { ran = true } }.to raise_error(CircuitBreaker::OpenError) { |e| expect(e.state).to eq(:half_open) }
+      expect(ran).to be(false)
+      expect { parent.metrics }.to raise_error(CircuitBreaker::LockTimeoutError, /stayed busy/)
+      expect { parent.trip! }.to raise_error(CircuitBreaker::LockTimeoutError)
+      release(holder)
+      expect(parent.metrics).to include(state: :half_open, dropped_records: 0)
+    end
+
+    it "never holds the GVL while waiting: the waiting process's other threads run, and Timeout cuts the wait" do
+      key = shared_name("stopped-gvl")
+      parent = described_class.new(**options.call, shared: key)
+      holder = stopped_holder(key, parent.shared_path)
+      victim = fork_worker("victim") do
+        breaker = described_class.new(**options.call, shared: key)
+        breaker.send(:__lock_wait=, 60) # far longer than anything below waits
+        ticks = 0
+        counter = Thread.new do
+          loop do
+            ticks += 1
+            sleep 0.001
+          end
+        end
+        entered = false
+        waiter = Thread.new do
+          Timeout.timeout(1) { breaker.call { entered = true } } # closed: its record waits for the lock
+        rescue Timeout::Error
+          :timed_out
+        end
+        limit = SharedProcesses.now + 20
+        sleep 0.001 until entered || SharedProcesses.now > limit
+        seen = ticks
+        sleep 0.001 until ticks > seen + 20 || SharedProcesses.now > limit
+        ran_meanwhile = ticks > seen + 20 && waiter.alive?
+        result = waiter.value
+        counter.kill
+        [entered, ran_meanwhile, result]
+      end
+
+      expect(victim.result(within: 20)).to eq([true, true, :timed_out])
+      release(holder)
+    end
+
+    it "raises a lock error other than a dead owner, and takes no step without the lock" do
+      key = shared_name("broken")
+      parent = described_class.new(**options.call, shared: key)
+      parent.trip!
+      # An invalid mutex kind (glibc: the word after lock, count, owner, nusers).
+      File.open(parent.shared_path, "r+b") { |f| f.pwrite([0x7f].pack("L"), SharedProcesses::MUTEX_OFFSET + 16) }
+
+      ran = false
+      expect { parent.call { ran = true } }.to raise_error(SystemCallError)
+      expect(ran).to be(false)
+      expect { parent.metrics }.to raise_error(SystemCallError)
+    end
+  end
+
+  describe "a file system without room" do
+    around do |example|
+      saved = ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", nil)
+      example.run
+    ensure
+      saved ? ENV["CIRCUIT_BREAKER_SHM_DIR"] = saved : ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
+    end
+
+    it "is an Errno at construction, never a SIGBUS" do
+      skip "needs root to mount a tiny tmpfs" unless Process.uid.zero?
+      Dir.mktmpdir do |dir|
+        out, status = Open3.capture2e("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir)
+        skip "cannot mount a tmpfs here: #{out.strip}" unless status.success?
+        begin
+          ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
+          key = shared_name("tiny")
+          # In a child: a SIGBUS would kill it rather than the suite.
+          big = fork_worker("big") do
+            described_class.new(window: CircuitBreaker::SlidingWindow.new(size: 1_000_000), shared: key)
+            :built
+          rescue SystemCallError => e
+            e.class.name
+          end
+          expect(big.result).to eq("Errno::ENOSPC")
+
+          small = fork_worker("small") do
+            breaker = described_class.new(window: CircuitBreaker::SlidingWindow.new(size: 10), shared: key)
+            breaker.call { :ok }
+          end
+          expect(small.result).to eq(:ok)
+        ensure
+          system("umount", dir)
+        end
+      end
+    end
+  end
+
+  describe "a file whose creator died before writing its header" do
+    it "is rebuilt under the init lock" do
+      key = shared_name("zeros")
+      options = { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 2 }
+      path = fork_worker { described_class.new(**options, shared: key).shared_path }.result
+      File.binwrite(path, "\0" * File.size(path))
+
+      breaker = described_class.new(**options, shared: key)
+      expect(breaker.metrics).to include(state: :closed, total: 0)
+      2.times { fail_call(breaker) }
+      expect(described_class.new(**options, shared: key).state).to eq(:open)
     end
   end
 end

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
 use circuit_breaker_core::config::probe_quota;
-use circuit_breaker_core::shm::default_path;
 use circuit_breaker_core::{
     Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, Reason, Rejection, State,
     Transitions,
@@ -34,7 +33,7 @@ use magnus::symbol::IntoSymbol;
 use crate::args;
 use crate::clock::ClockSource;
 use crate::errors::{arg_error, config_error, type_error, FAILURE, OPEN_ERROR};
-use crate::window::{default_shared, shared_of, Shared};
+use crate::window::{default_shared, shared_of, Blocked, Shared};
 
 #[derive(TypedData)]
 #[magnus(class = "CircuitBreaker", free_immediately, size, mark)]
@@ -143,7 +142,7 @@ fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
     t.map_or_else(|| ruby.qnil().as_value(), |n| secs_from_nanos(n).into_value_with(ruby))
 }
 
-static KEYS: [LazyId; 18] = [
+static KEYS: [LazyId; 19] = [
     LazyId::new("state"),
     LazyId::new("total"),
     LazyId::new("failures"),
@@ -162,16 +161,19 @@ static KEYS: [LazyId; 18] = [
     LazyId::new("tripped_error_rate"),
     LazyId::new("tripped_slow_call_rate"),
     LazyId::new("counters"),
+    LazyId::new("dropped_records"),
 ];
 
 /// The frozen Hash of SPEC §3.5 and §8 (docs/operating.md). `host_wide`:
 /// the counters are those of every process mapping a `shared:` record.
-fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool) -> Result<RHash, Error> {
+/// `dropped`: records a shared breaker dropped because its lock stayed busy
+/// (docs/shared.md).
+fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u64) -> Result<RHash, Error> {
     let h = ruby.hash_new();
     let c = &m.counters;
     // Each value goes into the hash as soon as it exists: a Float (or a
     // Bignum) is an object the GC could collect if it waited on the stack.
-    let values: [&dyn Fn() -> Value; 18] = [
+    let values: [&dyn Fn() -> Value; 19] = [
         &|| state_sym(ruby, m.state).as_value(),
         &|| m.counts.total.into_value_with(ruby),
         &|| m.counts.failures.into_value_with(ruby),
@@ -190,6 +192,7 @@ fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool) -> Result<RHash, Erro
         &|| m.tripped.map(|t| t.error_rate()).into_value_with(ruby),
         &|| m.tripped.map(|t| t.slow_call_rate()).into_value_with(ruby),
         &|| ruby.to_symbol(if host_wide { "host" } else { "process" }).as_value(),
+        &|| dropped.into_value_with(ruby),
     ];
     for (key, value) in KEYS.iter().zip(values) {
         let key: OpaqueId = **key;
@@ -497,8 +500,8 @@ impl Breaker {
             // The given window is only a template: the live one is in the file.
             Some(key) => {
                 // SAFETY: the bytes are copied before any Ruby code runs.
-                let path = default_path(unsafe { key.as_slice() });
-                let mapped = template.mapped(ruby, &path, cfg.fingerprint())?;
+                let name = unsafe { key.as_slice() }.to_vec();
+                let mapped = template.mapped(ruby, b"", &name, cfg.fingerprint())?;
                 let _ = mapped.clock.set(clock.clone());
                 mapped.attach();
                 let window = crate::window::wrap(ruby, mapped.clone());
@@ -536,9 +539,51 @@ impl Breaker {
     }
 
     /// One core step under the lock, with the time read by the caller.
+    /// A shared lock that stays busy past its bound skips the step.
     #[inline]
-    fn step<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T) -> T {
+    fn step<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T) -> Result<T, Blocked> {
         self.shared.with(|r| f(&mut r.breaker, &mut r.window, &self.cfg))
+    }
+
+    /// A step that cannot be skipped (control, metrics): a busy or broken
+    /// lock is an error.
+    fn step_or_raise<T>(
+        &self,
+        ruby: &Ruby,
+        f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T,
+    ) -> Result<T, Error> {
+        self.step(f).map_err(|b| b.into_error(ruby, &self.shared))
+    }
+
+    /// Asks to run a call. When the shared lock stays busy past its bound
+    /// (a stuck holder), the call is decided from the published state
+    /// instead (docs/shared.md); an interrupt that came meanwhile is raised
+    /// here, before anything was taken.
+    fn admit(&self, ruby: &Ruby, now: i64) -> Result<(Decision, Transitions), Error> {
+        match self.step(|b, w, c| b.acquire(w, c, now)) {
+            Ok(x) => Ok(x),
+            Err(Blocked::Busy) => Ok((self.shared.decide_unlocked(now), Transitions::default())),
+            Err(Blocked::Interrupted) => {
+                ruby.thread_check_ints()?;
+                Ok((self.shared.decide_unlocked(now), Transitions::default()))
+            }
+            Err(b) => Err(b.into_error(ruby, &self.shared)),
+        }
+    }
+
+    /// Settles a call's outcome. When the shared lock stays busy (or the
+    /// wait is interrupted), the outcome is dropped and counted
+    /// (`dropped_records`): the call's own result matters more than its
+    /// record, and an interrupt is delivered by Ruby once this returns.
+    fn finish(&self, ruby: &Ruby, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> Transitions) -> Result<Transitions, Error> {
+        match self.step(f) {
+            Ok(tr) => Ok(tr),
+            Err(Blocked::Busy | Blocked::Interrupted) => {
+                self.shared.count_dropped();
+                Ok(Transitions::default())
+            }
+            Err(b) => Err(b.into_error(ruby, &self.shared)),
+        }
     }
 
     /// Runs the Ruby listeners of `tr` (no lock held, no jump pending).
@@ -546,7 +591,7 @@ impl Breaker {
     /// through (Interrupt, Thread#kill, a throw) must go on to the caller.
     fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) -> Result<(), Error> {
         for t in tr.iter() {
-            let metrics = metrics_hash(ruby, &t.metrics, rb_self.shared.is_mapped())?;
+            let metrics = metrics_hash(ruby, &t.metrics, rb_self.shared.is_mapped(), rb_self.shared.dropped())?;
             let before = &t.window_before;
             let last_error = match rb_self.last_error.load(Ordering::Relaxed) {
                 0 => ruby.qnil().as_value(),
@@ -615,7 +660,7 @@ impl Breaker {
         let permit = match this.shared.admitting() {
             Some(p) => p,
             None => {
-                let (decision, tr) = this.step(|b, w, c| b.acquire(w, c, start));
+                let (decision, tr) = this.admit(ruby, start)?;
                 if !tr.is_empty() {
                     Self::notify_or_release(ruby, rb_self, &tr, decision)?;
                 }
@@ -657,7 +702,7 @@ impl Breaker {
                 ErrorType::Error(..) => (Outcome::Failure { duration_ms }, None),
             },
         };
-        let tr = this.step(|b, w, c| b.complete(w, c, permit, outcome, end));
+        let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, outcome, end))?;
         if !tr.is_empty() {
             if let Err(e) = &result {
                 if let ErrorType::Jump(tag) = e.error_type() {
@@ -700,7 +745,7 @@ impl Breaker {
     /// `allow?`'s native half: a permit (Integer) or nil when rejected.
     fn acquire(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Option<u64>, Error> {
         let now = rb_self.clock.now();
-        let (decision, tr) = rb_self.step(|b, w, c| b.acquire(w, c, now));
+        let (decision, tr) = rb_self.admit(ruby, now)?;
         Self::notify_or_release(ruby, rb_self, &tr, decision)?;
         match decision {
             Decision::Allowed(p) => Ok(Some(p.to_bits())),
@@ -719,10 +764,10 @@ impl Breaker {
         let duration_ms = args::duration_ms(ruby, duration)?;
         let outcome = if success.to_bool() { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
         let now = rb_self.clock.now();
-        let tr = rb_self.step(|b, w, c| match permit {
+        let tr = rb_self.finish(ruby, |b, w, c| match permit {
             Some(bits) => b.complete(w, c, Permit::from_bits(bits), outcome, now),
             None => b.record_unpermitted(w, c, outcome, now),
-        });
+        })?;
         Self::notify(ruby, rb_self, &tr)
     }
 
@@ -733,7 +778,7 @@ impl Breaker {
         if let (Err(_), Decision::Allowed(p)) = (&result, decision) {
             let now = rb_self.clock.now();
             // A release decides nothing, so it has no transitions to report.
-            let _ = rb_self.step(|b, w, c| b.complete(w, c, p, Outcome::Released, now));
+            let _ = rb_self.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now));
         }
         result
     }
@@ -744,7 +789,7 @@ impl Breaker {
         op: fn(&mut CoreBreaker, &mut PlacedWindow, &Config, i64) -> Transitions,
     ) -> Result<Obj<Self>, Error> {
         let now = rb_self.clock.now();
-        let tr = rb_self.step(|b, w, c| op(b, w, c, now));
+        let tr = rb_self.step_or_raise(ruby, |b, w, c| op(b, w, c, now))?;
         Self::notify(ruby, rb_self, &tr)?;
         Ok(rb_self)
     }
@@ -767,17 +812,26 @@ impl Breaker {
 
     fn snapshot(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Metrics, Error> {
         let now = rb_self.clock.now();
-        let (m, tr) = rb_self.step(|b, w, c| b.metrics(w, c, now));
+        let (m, tr) = rb_self.step_or_raise(ruby, |b, w, c| b.metrics(w, c, now))?;
         Self::notify(ruby, rb_self, &tr)?;
         Ok(m)
     }
 
     fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Symbol, Error> {
-        Ok(state_sym(ruby, Self::snapshot(ruby, rb_self)?.state))
+        let now = rb_self.clock.now();
+        match rb_self.step(|b, w, c| b.metrics(w, c, now)) {
+            Ok((m, tr)) => {
+                Self::notify(ruby, rb_self, &tr)?;
+                Ok(state_sym(ruby, m.state))
+            }
+            // A stuck holder: the published state (timers not applied).
+            Err(Blocked::Busy) => Ok(state_sym(ruby, rb_self.shared.published_state())),
+            Err(b) => Err(b.into_error(ruby, &rb_self.shared)),
+        }
     }
 
     fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
-        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, rb_self.shared.is_mapped())
+        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, rb_self.shared.is_mapped(), rb_self.shared.dropped())
     }
 
     fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
@@ -792,13 +846,22 @@ impl Breaker {
         ruby.get_inner(rb_self.window)
     }
 
-    fn hold_shared_lock(&self, ms: u64) {
-        self.shared.hold_lock_for_test(ms.min(60_000));
+    /// Test hook: holds the shared lock for `ms` (at most a minute).
+    fn hold_shared_lock(ruby: &Ruby, rb_self: &Self, ms: u64) -> Result<(), Error> {
+        rb_self.shared.hold_lock_for_test(ms.min(60_000)).map_err(|e| crate::errors::system_error(ruby, "shared lock", e))
     }
 
-    fn shared_path(key: RString) -> String {
-        // SAFETY: the bytes are copied before any Ruby code runs.
-        default_path(unsafe { key.as_slice() }).display().to_string()
+    /// Test hook: how long this breaker waits for a busy shared lock.
+    fn set_lock_wait(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<(), Error> {
+        let secs = args::float(ruby, "lock wait", seconds)?;
+        rb_self.shared.set_lock_wait(circuit_breaker_core::clock::nanos_from_secs(secs));
+        Ok(())
+    }
+
+    /// The file a `shared:` breaker lives in, nil for a breaker of this
+    /// process.
+    fn shared_path(&self) -> Option<String> {
+        self.shared.path().map(|p| p.display().to_string())
     }
 
     fn set_notify_rejects(&self, on: bool) {
@@ -905,7 +968,8 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__settle", method!(Breaker::settle, 3))?;
     class.define_private_method("__notify_rejects=", method!(Breaker::set_notify_rejects, 1))?;
     class.define_private_method("__hold_shared_lock", method!(Breaker::hold_shared_lock, 1))?;
-    class.define_singleton_method("shared_path", function!(Breaker::shared_path, 1))?;
+    class.define_private_method("__lock_wait=", method!(Breaker::set_lock_wait, 1))?;
+    class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
     Ok(())
 }
 

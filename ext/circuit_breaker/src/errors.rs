@@ -15,6 +15,12 @@ pub static FAILURE: Lazy<ExceptionClass> = Lazy::new(|ruby| {
     declared(ruby, "Failure").unwrap_or_else(|_| ruby.exception_standard_error())
 });
 
+/// `CircuitBreaker::LockTimeoutError`: a step that cannot be skipped
+/// (control, metrics) found the shared lock busy past its bound.
+pub static LOCK_TIMEOUT_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
+    declared(ruby, "LockTimeoutError").unwrap_or_else(|_| ruby.exception_standard_error())
+});
+
 fn open_error_class(ruby: &Ruby) -> Result<ExceptionClass, Error> {
     declared(ruby, "OpenError")
 }

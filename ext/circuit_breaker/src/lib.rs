@@ -4,6 +4,7 @@
 mod args;
 mod breaker;
 mod clock;
+mod cruby;
 mod errors;
 mod window;
 

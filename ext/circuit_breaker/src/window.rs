@@ -6,13 +6,13 @@
 //! record is on the heap, or in a file mapped by every process that shares
 //! the breaker (`shared:`).
 
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
-use circuit_breaker_core::shm::{MappedRecord, ShmError};
-use circuit_breaker_core::{Counts, HeapRecord, Nanos, Permit, Record, WindowSpec};
+use circuit_breaker_core::shm::{Guard, Key, MappedRecord, ShmError};
+use circuit_breaker_core::{Counts, Decision, HeapRecord, Nanos, Permit, Record, WindowSpec};
 use magnus::{
     function, method,
     prelude::*,
@@ -28,7 +28,50 @@ use crate::errors::{arg_error, config_error};
 
 enum Store {
     Heap(Mutex<HeapRecord>),
-    Mapped(MappedRecord),
+    Mapped(Mapped),
+}
+
+/// A record in a shared file, and how long this process waits for its lock.
+struct Mapped {
+    record: MappedRecord,
+    path: PathBuf,
+    /// Nanoseconds a step waits for a busy lock (see docs/shared.md).
+    wait: AtomicI64,
+    /// Set when a wait ran out, cleared when the lock is next taken: while
+    /// the holder stays stuck, later steps wait only [`STUCK_WAIT`].
+    stuck: AtomicBool,
+}
+
+/// How long a step waits for a busy shared lock by default: the lock is
+/// held for microseconds, so this long means a stuck holder.
+pub const LOCK_WAIT: Nanos = 100_000_000;
+/// How long a step waits once a wait has run out, until the lock is taken
+/// again: a stopped holder costs each call at most this.
+const STUCK_WAIT: Nanos = 1_000_000;
+
+/// Why a step did not run under the lock.
+pub enum Blocked {
+    /// The lock stayed busy for the whole wait (a stuck holder).
+    Busy,
+    /// Ruby wants the waiting thread back (`Thread#raise`, `Timeout`, a
+    /// signal): the caller checks interrupts when it may raise.
+    Interrupted,
+    /// The lock is broken (not a dead owner, which is recovered).
+    Failed(std::io::Error),
+}
+
+impl Blocked {
+    /// As a Ruby exception, for steps that cannot be skipped.
+    pub fn into_error(self, ruby: &Ruby, shared: &Shared) -> Error {
+        let path = shared.path().map(|p| p.display().to_string()).unwrap_or_default();
+        match self {
+            Blocked::Busy | Blocked::Interrupted => Error::new(
+                ruby.get_inner(&crate::errors::LOCK_TIMEOUT_ERROR),
+                format!("the shared lock of {path} stayed busy (a process holding it is stopped or frozen); try again later"),
+            ),
+            Blocked::Failed(e) => crate::errors::system_error(ruby, &format!("shared lock of {path}"), e),
+        }
+    }
 }
 
 /// What window objects and their breaker share: the record (window and
@@ -59,28 +102,91 @@ impl Shared {
         Arc::new(shared)
     }
 
-    /// The record of a window like this one, in the file at `path`, shared
-    /// with every process that opens it with the same `config_hash`.
-    pub fn mapped(&self, ruby: &Ruby, path: &Path, config_hash: u64) -> Result<Arc<Self>, Error> {
-        let record = MappedRecord::open(path, &self.spec, config_hash, seed()).map_err(|e| match e {
+    /// The record of a window like this one in the shared file of
+    /// `namespace` and `name` for a configuration of `config_hash`.
+    pub fn mapped(&self, ruby: &Ruby, namespace: &[u8], name: &[u8], config_hash: u64) -> Result<Arc<Self>, Error> {
+        let key = Key { namespace, name, config_hash, spec: &self.spec };
+        let shm_error = |e| match e {
+            ShmError::Mismatch(m) if m.starts_with("shared:") => arg_error(ruby, m),
             ShmError::Mismatch(m) => arg_error(ruby, format!("shared: {m}")),
             ShmError::Io { context, source } => crate::errors::system_error(ruby, &context, source),
-        })?;
-        Ok(Self::with_store(Store::Mapped(record), self.spec, self.clock.get().cloned()))
+        };
+        let path = key.path().map_err(shm_error)?;
+        let record = MappedRecord::open(&key, &path, seed()).map_err(shm_error)?;
+        let mapped = Mapped { record, path, wait: AtomicI64::new(LOCK_WAIT), stuck: AtomicBool::new(false) };
+        Ok(Self::with_store(Store::Mapped(mapped), self.spec, self.clock.get().cloned()))
     }
 
-    /// Runs `f` on the record under the lock. `f` must not call Ruby.
-    #[inline]
-    pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> T {
-        let published = self.published();
-        let step = |r: &mut Record| {
-            let out = f(r);
-            published.store(r.breaker.published(), Ordering::Release);
-            out
-        };
+    /// The shared file, if the record is in one.
+    pub fn path(&self) -> Option<&Path> {
         match &self.store {
-            Store::Heap(h) => step(h.lock().get()),
-            Store::Mapped(m) => m.with(step),
+            Store::Heap(_) => None,
+            Store::Mapped(m) => Some(&m.path),
+        }
+    }
+
+    /// Runs `f` on the record under the lock. `f` must not call Ruby. A
+    /// shared lock that stays busy is waited for without the GVL, up to the
+    /// bound; then the step is not run.
+    #[inline]
+    pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> Result<T, Blocked> {
+        match &self.store {
+            Store::Heap(h) => {
+                let mut h = h.lock();
+                let r = h.get();
+                let out = f(r);
+                self.published.store(r.breaker.published(), Ordering::Release);
+                Ok(out)
+            }
+            Store::Mapped(m) => {
+                let mut guard = match m.record.try_lock() {
+                    Ok(Some(g)) => g,
+                    Ok(None) => m.wait()?,
+                    Err(e) => return Err(Blocked::Failed(e)),
+                };
+                let r = guard.record();
+                let out = f(r);
+                m.record.published().store(r.breaker.published(), Ordering::Release);
+                m.record.half_open_at().store(r.breaker.half_open_at().unwrap_or(0), Ordering::Release);
+                Ok(out)
+            }
+        }
+    }
+
+    /// The decision for a call when the lock could not be had, from the
+    /// published state alone (docs/shared.md).
+    pub fn decide_unlocked(&self, now: Nanos) -> Decision {
+        let half_open_at = match &self.store {
+            Store::Heap(_) => 0,
+            Store::Mapped(m) => m.record.half_open_at().load(Ordering::Acquire),
+        };
+        Decision::unlocked(self.published().load(Ordering::Acquire), half_open_at, now)
+    }
+
+    /// The state last published (timers not applied).
+    pub fn published_state(&self) -> circuit_breaker_core::State {
+        circuit_breaker_core::State::published(self.published().load(Ordering::Acquire))
+    }
+
+    /// Counts a record dropped because the lock stayed busy.
+    pub fn count_dropped(&self) {
+        if let Store::Mapped(m) = &self.store {
+            m.record.dropped().fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records dropped for a busy lock (host-wide; 0 unless shared).
+    pub fn dropped(&self) -> u64 {
+        match &self.store {
+            Store::Heap(_) => 0,
+            Store::Mapped(m) => m.record.dropped().load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sets how long this process's steps wait for a busy shared lock.
+    pub fn set_lock_wait(&self, wait: Nanos) {
+        if let Store::Mapped(m) = &self.store {
+            m.wait.store(wait, Ordering::Relaxed);
         }
     }
 
@@ -93,7 +199,7 @@ impl Shared {
     fn published(&self) -> &AtomicU64 {
         match &self.store {
             Store::Heap(_) => &self.published,
-            Store::Mapped(m) => m.published(),
+            Store::Mapped(m) => m.record.published(),
         }
     }
 
@@ -109,9 +215,10 @@ impl Shared {
     }
 
     /// Holds the lock of a shared record for `ms`, doing nothing (tests).
-    pub fn hold_lock_for_test(&self, ms: u64) {
-        if let Store::Mapped(m) = &self.store {
-            m.hold_lock_for_test(ms);
+    pub fn hold_lock_for_test(&self, ms: u64) -> std::io::Result<()> {
+        match &self.store {
+            Store::Mapped(m) => m.record.hold_lock_for_test(ms),
+            Store::Heap(_) => Ok(()),
         }
     }
 
@@ -126,9 +233,30 @@ impl Shared {
         self.clock.get().map_or_else(|| ClockSource::Monotonic.now(), ClockSource::now)
     }
 
-    fn counts(&self) -> Counts {
+    fn counts(&self, ruby: &Ruby) -> Result<Counts, Error> {
         let now = self.now();
-        self.with(|r| r.window.counts(now))
+        self.with(|r| r.window.counts(now)).map_err(|b| b.into_error(ruby, self))
+    }
+}
+
+impl Mapped {
+    /// Waits for the busy lock without the GVL, up to the bound.
+    #[cold]
+    fn wait(&self) -> Result<Guard<'_>, Blocked> {
+        let wait = if self.stuck.load(Ordering::Relaxed) { STUCK_WAIT } else { self.wait.load(Ordering::Relaxed) };
+        let stop = AtomicBool::new(false);
+        match crate::cruby::without_gvl(|| self.record.lock_within(wait, &stop), &stop) {
+            Some(Ok(Some(guard))) => {
+                self.stuck.store(false, Ordering::Relaxed);
+                Ok(guard)
+            }
+            Some(Ok(None)) if !stop.load(Ordering::Acquire) => {
+                self.stuck.store(true, Ordering::Relaxed);
+                Err(Blocked::Busy)
+            }
+            Some(Ok(None)) | None => Err(Blocked::Interrupted),
+            Some(Err(e)) => Err(Blocked::Failed(e)),
+        }
     }
 }
 
@@ -217,15 +345,15 @@ impl SlidingWindow {
         }
     }
 
-    fn inspect(&self) -> String {
-        let c = self.shared.counts();
-        format!(
+    fn inspect(ruby: &Ruby, rb_self: &Self) -> Result<String, Error> {
+        let c = rb_self.shared.counts(ruby)?;
+        Ok(format!(
             "#<CircuitBreaker::SlidingWindow size={} total={} failures={} slow_calls={}>",
-            self.size(),
+            rb_self.size(),
             c.total,
             c.failures,
             c.slow_calls
-        )
+        ))
     }
 }
 
@@ -260,16 +388,16 @@ impl TimeWindow {
         }
     }
 
-    fn inspect(&self) -> String {
-        let c = self.shared.counts();
-        format!(
+    fn inspect(ruby: &Ruby, rb_self: &Self) -> Result<String, Error> {
+        let c = rb_self.shared.counts(ruby)?;
+        Ok(format!(
             "#<CircuitBreaker::TimeWindow seconds={} buckets={} total={} failures={} slow_calls={}>",
-            self.seconds(),
-            self.buckets(),
+            rb_self.seconds(),
+            rb_self.buckets(),
             c.total,
             c.failures,
             c.slow_calls
-        )
+        ))
     }
 }
 
@@ -283,33 +411,39 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
     let duration_ms = args::duration_ms(ruby, duration)?;
     let shared = rb_self.shared();
     let now = shared.now();
-    shared.with(|r| r.window.record(duration_ms, success.to_bool(), now));
+    match shared.with(|r| r.window.record(duration_ms, success.to_bool(), now)) {
+        // As a breaker's record: dropped and counted, never raised.
+        Err(Blocked::Busy | Blocked::Interrupted) => shared.count_dropped(),
+        Err(b @ Blocked::Failed(_)) => return Err(b.into_error(ruby, shared)),
+        Ok(()) => {}
+    }
     Ok(rb_self)
 }
 
-fn total<T: WindowObject>(rb_self: &T) -> u64 {
-    rb_self.shared().counts().total
+fn total<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
+    Ok(rb_self.shared().counts(ruby)?.total)
 }
 
-fn failures<T: WindowObject>(rb_self: &T) -> u64 {
-    rb_self.shared().counts().failures
+fn failures<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
+    Ok(rb_self.shared().counts(ruby)?.failures)
 }
 
-fn slow_calls<T: WindowObject>(rb_self: &T) -> u64 {
-    rb_self.shared().counts().slow_calls
+fn slow_calls<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
+    Ok(rb_self.shared().counts(ruby)?.slow_calls)
 }
 
-fn error_rate<T: WindowObject>(rb_self: &T) -> f64 {
-    rb_self.shared().counts().error_rate()
+fn error_rate<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
+    Ok(rb_self.shared().counts(ruby)?.error_rate())
 }
 
-fn slow_call_rate<T: WindowObject>(rb_self: &T) -> f64 {
-    rb_self.shared().counts().slow_call_rate()
+fn slow_call_rate<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
+    Ok(rb_self.shared().counts(ruby)?.slow_call_rate())
 }
 
-fn reset<T: WindowObject>(rb_self: Obj<T>) -> Obj<T> {
-    rb_self.shared().with(|r| r.window.reset());
-    rb_self
+fn reset<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>) -> Result<Obj<T>, Error> {
+    let shared = rb_self.shared();
+    shared.with(|r| r.window.reset()).map_err(|b| b.into_error(ruby, shared))?;
+    Ok(rb_self)
 }
 
 macro_rules! define_common {

@@ -28,6 +28,7 @@ pub enum Verdict {
 }
 
 /// Counters of one half-open stage. Plain data.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stage {
     /// Index into the ramp.
@@ -104,6 +105,11 @@ impl Stage {
             Verdict::Restart
         }
     }
+}
+
+/// Adds the layout of a stage (see [`crate::shm::layout_hash`]).
+pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+    crate::hash_layout!(h, Stage { index, started_at, asked, issued, in_flight, succeeded, failed })
 }
 
 #[cfg(test)]

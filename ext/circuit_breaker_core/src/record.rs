@@ -107,6 +107,13 @@ impl Record {
 }
 
 impl Record {
+    /// Adds the layout of the record and of everything it holds (see
+    /// [`crate::shm::layout_hash`]).
+    pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+        let h = crate::hash_layout!(h, Record { window, breaker });
+        Breaker::layout(crate::window::layout(h))
+    }
+
     /// Recomputes what a step interrupted half-way (a process killed while
     /// holding the lock) could have left inconsistent: the window's running
     /// totals, from its storage. The breaker's own fields need no repair to

@@ -1,25 +1,56 @@
 //! A [`Record`] in a memory-mapped file, shared by every process of a host
-//! that opens the same path, behind a robust process-shared mutex.
+//! that opens the same key, behind a robust process-shared mutex.
 //!
-//! File layout: a [`Header`] (magic, layout version, sizes, a hash of the
-//! configuration, the mutex), then the record's block. Creation is
-//! serialised with `flock`, so the first process initialises the file and
-//! the others validate it. A process that dies holding the mutex does not
-//! wedge the others: the next locker is told (`EOWNERDEAD`), repairs the
-//! record's derived counts and carries on.
+//! The file's name holds a hash of everything its bytes depend on: the
+//! namespace and name, the configuration, the window and the layout of
+//! every struct stored in it ([`layout_hash`]). Two processes whose options
+//! or gem builds differ therefore never open the same file, so a rolling
+//! deploy never meets a file it cannot use (docs/shared.md).
+//!
+//! File layout: a [`Header`] (magic, layout version and hash, sizes, the
+//! configuration hash, the mutex, the published words), then the record's
+//! block. Two open-file-description locks on the file's first bytes
+//! coordinate the processes: `INIT` (exclusive) while one process creates,
+//! validates or removes the file, `IN_USE` (shared) for as long as a
+//! process maps it, so that [`remove_unused`] deletes only files no live
+//! process maps. The space is reserved with `posix_fallocate` before any
+//! page is touched: a full file system is an error at construction, never
+//! a SIGBUS later.
+//!
+//! The mutex is taken through a [`Guard`] that unlocks when dropped (also
+//! on a panic). A holder that died is recovered (`EOWNERDEAD`: the window's
+//! running totals are recounted); a holder that is stuck (stopped, frozen,
+//! paused in a debugger) is waited for only up to a bound the caller
+//! chooses ([`MappedRecord::lock_within`]); any other lock error is
+//! returned, never ignored.
 
 use std::ffi::CString;
 use std::io;
-use std::mem::{size_of, MaybeUninit};
-use std::path::Path;
+use std::mem::{align_of, size_of, MaybeUninit};
+use std::path::{Path, PathBuf};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
+use crate::clock::Nanos;
 use crate::record::{Layout, Record, WindowSpec};
 
 const MAGIC: [u8; 8] = *b"CBREAKR\0";
-/// Bumped whenever the file's layout or the record's layout changes.
-pub const LAYOUT_VERSION: u32 = 3;
+/// Bumped whenever the meaning of the file's bytes changes in a way the
+/// structural [`layout_hash`] cannot see. Files of version 4 and later take
+/// the `IN_USE` lock, which lets [`remove_unused`] tell when they are free.
+pub const LAYOUT_VERSION: u32 = 4;
 const READY: u32 = 0x5245_4144;
+/// Byte ranges locked by open-file-description locks (see the module doc).
+const INIT: i64 = 0;
+const IN_USE: i64 = 1;
+/// The longest file name most file systems take (NAME_MAX).
+pub const NAME_MAX: usize = 255;
+/// What every file of this user starts with.
+fn file_prefix() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    format!("circuit_breaker-{uid}-")
+}
 
 #[repr(C)]
 struct Header {
@@ -29,16 +60,24 @@ struct Header {
     header_size: u64,
     record_size: u64,
     config_hash: u64,
+    layout_hash: u64,
     mutex: libc::pthread_mutex_t,
     /// `Breaker::published` of the record, stored under the mutex, read
     /// without it.
-    published: std::sync::atomic::AtomicU64,
+    published: AtomicU64,
+    /// `Breaker::half_open_at` of the record (0: not open), stored with
+    /// `published`: the retry time of a call rejected without the lock.
+    half_open_at: AtomicI64,
+    /// Records dropped because the lock stayed busy past the caller's
+    /// bound (a stuck holder), host-wide.
+    dropped: AtomicU64,
 }
 
 /// Why a shared record could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum ShmError {
-    /// The file exists with another configuration or layout.
+    /// The file exists but is not one this build can use, or the name
+    /// cannot be a file name.
     #[error("{0}")]
     Mismatch(String),
     /// The operating system refused (permissions, space, …).
@@ -54,19 +93,8 @@ fn header_size() -> usize {
     size_of::<Header>().div_ceil(64) * 64
 }
 
-/// A shared record, mapped into this process.
-pub struct MappedRecord {
-    base: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is process-wide memory; every access to the record
-// goes through the process-shared mutex in its header.
-unsafe impl Send for MappedRecord {}
-unsafe impl Sync for MappedRecord {}
-
-/// Hashes configuration values (FNV-1a): equal configurations hash the same
-/// in every process and build.
+/// Hashes values (FNV-1a): equal inputs hash the same in every process and
+/// build.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigHash(u64);
 
@@ -95,6 +123,16 @@ impl ConfigHash {
         self.add(&x.to_le_bytes())
     }
 
+    /// Adds a size or an offset.
+    pub fn usize(self, x: usize) -> Self {
+        self.add(&(x as u64).to_le_bytes())
+    }
+
+    /// Adds a string, length first (so that "ab"+"c" and "a"+"bc" differ).
+    pub fn text(self, s: &[u8]) -> Self {
+        self.usize(s.len()).add(s)
+    }
+
     /// Adds a window's configuration.
     pub fn spec(self, spec: &WindowSpec) -> Self {
         match *spec {
@@ -109,6 +147,68 @@ impl ConfigHash {
     pub fn finish(self) -> u64 {
         self.0
     }
+}
+
+/// The size of what `_p` points to (for [`hash_layout!`]).
+#[doc(hidden)]
+pub fn pointee_size<T>(_p: *const T) -> usize {
+    size_of::<T>()
+}
+
+/// The type name of what `_p` points to (for [`hash_layout!`]).
+#[doc(hidden)]
+pub fn pointee_name<T>(_p: *const T) -> &'static str {
+    std::any::type_name::<T>()
+}
+
+/// Adds a `repr(C)` struct's name, size and alignment, and each field's
+/// name, offset, size and type, to a [`ConfigHash`]; `enum T` adds an
+/// enum's name, size and alignment. Used by the `layout` function next to
+/// each struct stored in a shared file. The field list must be whole: a
+/// field added to the struct and not to the list fails to compile.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! hash_layout {
+    ($h:expr, enum $t:ty) => {
+        $h.text(::std::any::type_name::<$t>().as_bytes())
+            .usize(::std::mem::size_of::<$t>())
+            .usize(::std::mem::align_of::<$t>())
+    };
+    ($h:expr, $t:path { $($f:ident),* $(,)? }) => {{
+        // Exhaustive on purpose (no `..`): a new field must be listed.
+        #[allow(dead_code)]
+        fn whole(v: &$t) {
+            let $t { $($f: _),* } = v;
+        }
+        let value = ::std::mem::MaybeUninit::<$t>::uninit();
+        let base = value.as_ptr();
+        #[allow(unused_mut)]
+        let mut h = $crate::hash_layout!($h, enum $t);
+        $(
+            // SAFETY: `addr_of!` on a field of an uninitialised value only
+            // computes its address; nothing is read.
+            let field = unsafe { ::std::ptr::addr_of!((*base).$f) };
+            h = h
+                .text(stringify!($f).as_bytes())
+                .usize(field as usize - base as usize)
+                .usize($crate::shm::pointee_size(field))
+                .text($crate::shm::pointee_name(field).as_bytes());
+        )*
+        h
+    }};
+}
+
+/// A hash of the layout of every struct stored in a shared file, the
+/// file's version and the crate's version: part of every file's key and
+/// header, so two builds never read each other's bytes.
+pub fn layout_hash() -> u64 {
+    let h = ConfigHash::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
+    let h = hash_layout!(
+        h,
+        Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published, half_open_at, dropped }
+    );
+    let h = h.usize(size_of::<libc::pthread_mutex_t>()).usize(align_of::<libc::pthread_mutex_t>());
+    Record::layout(h).finish()
 }
 
 impl crate::config::Config {
@@ -134,192 +234,506 @@ impl crate::config::Config {
     }
 }
 
-/// Where the record shared under `key` lives: `$CIRCUIT_BREAKER_SHM_DIR`,
-/// else `/dev/shm` (memory, gone at reboot), else the temporary directory;
-/// the file name holds the user id (files are private to their user) and
-/// the key, with bytes other than `[A-Za-z0-9_.-]` escaped as `%XX`.
-pub fn default_path(key: &[u8]) -> std::path::PathBuf {
-    let dir = match std::env::var_os("CIRCUIT_BREAKER_SHM_DIR") {
-        Some(d) if !d.is_empty() => std::path::PathBuf::from(d),
-        _ if Path::new("/dev/shm").is_dir() => std::path::PathBuf::from("/dev/shm"),
+/// Where shared files live: `$CIRCUIT_BREAKER_SHM_DIR`, else `/dev/shm`
+/// (memory, gone at reboot), else the temporary directory.
+pub fn shm_dir() -> PathBuf {
+    match std::env::var_os("CIRCUIT_BREAKER_SHM_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
         _ => std::env::temp_dir(),
-    };
-    let mut name = String::new();
-    for &b in key {
-        if b.is_ascii_alphanumeric() || b"_.-".contains(&b) {
-            name.push(b as char);
-        } else {
-            name.push_str(&format!("%{b:02X}"));
-        }
     }
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    dir.join(format!("circuit_breaker-{uid}-{name}"))
 }
 
+fn escape(bytes: &[u8], into: &mut String) {
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || b"_.-".contains(&b) {
+            into.push(b as char);
+        } else {
+            into.push_str(&format!("%{b:02X}"));
+        }
+    }
+}
+
+/// What names one shared breaker: its namespace and name (UTF-8 bytes,
+/// compared as such), and the hash of its configuration and window.
+#[derive(Debug, Clone, Copy)]
+pub struct Key<'a> {
+    pub namespace: &'a [u8],
+    pub name: &'a [u8],
+    pub config_hash: u64,
+    pub spec: &'a WindowSpec,
+}
+
+impl Key<'_> {
+    /// The hash of everything the file's bytes depend on.
+    fn hash(&self) -> u64 {
+        ConfigHash(self.config_hash)
+            .spec(self.spec)
+            .text(self.namespace)
+            .text(self.name)
+            .i64(layout_hash() as i64)
+            .finish()
+    }
+
+    /// The file in [`shm_dir`]: `circuit_breaker-<uid>-<namespace>-<name>-<hash>`,
+    /// with bytes other than `[A-Za-z0-9_.-]` escaped as `%XX`. A name
+    /// longer than a file name may be is an error naming the option.
+    pub fn path(&self) -> Result<PathBuf, ShmError> {
+        let mut file = file_prefix();
+        if !self.namespace.is_empty() {
+            escape(self.namespace, &mut file);
+            file.push('-');
+        }
+        escape(self.name, &mut file);
+        file.push_str(&format!("-{:016x}", self.hash()));
+        if file.len() > NAME_MAX {
+            return Err(ShmError::Mismatch(format!(
+                "shared: name too long: its file name would be {} bytes (with namespace and escapes; at most {NAME_MAX}); \
+                 use a shorter shared: name or namespace:",
+                file.len()
+            )));
+        }
+        Ok(shm_dir().join(file))
+    }
+}
+
+/// Locks (`F_OFD_SETLK[W]`) or unlocks one byte of the file.
+fn range_lock(fd: i32, byte: i64, kind: i32, wait: bool) -> io::Result<bool> {
+    // SAFETY: a zeroed flock is a valid value; fcntl only reads it.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = byte;
+    lock.l_len = 1;
+    let cmd = if wait { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
+    loop {
+        // SAFETY: `fd` is open; `lock` is a valid flock.
+        if unsafe { libc::fcntl(fd, cmd, &lock) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN | libc::EACCES) if !wait => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+fn fstat(fd: i32) -> io::Result<libc::stat> {
+    let mut st = MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `fd` is open; fstat fills `st` when it returns 0.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: initialised by fstat.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// Whether `fd` is still the file at `path` (not removed or replaced).
+fn still_at(fd: i32, path: &CString) -> bool {
+    let mut st = MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `path` is a C string; lstat fills `st` when it returns 0.
+    if unsafe { libc::lstat(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: initialised by lstat.
+    let at_path = unsafe { st.assume_init() };
+    fstat(fd).is_ok_and(|own| own.st_ino == at_path.st_ino && own.st_dev == at_path.st_dev && own.st_nlink > 0)
+}
+
+fn c_path(path: &Path) -> Result<CString, ShmError> {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| ShmError::Mismatch(format!("{}: a path may not contain NUL", path.display())))
+}
+
+/// An open descriptor, closed when dropped (which also drops its locks).
+struct Fd(i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: closes the descriptor this value owns, once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// A shared record, mapped into this process.
+pub struct MappedRecord {
+    base: *mut u8,
+    len: usize,
+    /// Holds the `IN_USE` lock for as long as the mapping lives.
+    _fd: Fd,
+}
+
+// SAFETY: the mapping is process-wide memory; every access to the record
+// goes through the process-shared mutex in its header, and the header's
+// other shared fields are atomics.
+unsafe impl Send for MappedRecord {}
+// SAFETY: as for Send.
+unsafe impl Sync for MappedRecord {}
+
 impl MappedRecord {
-    /// Opens (creating when missing, mode 0600) the shared record at `path`
-    /// for a window of `spec`. `config_hash` identifies the rest of the
-    /// configuration: a file made with another one is refused.
-    pub fn open(path: &Path, spec: &WindowSpec, config_hash: u64, seed: u64) -> Result<Self, ShmError> {
-        let layout = Layout::of(spec).map_err(|e| ShmError::Mismatch(e.to_string()))?;
-        let config_hash = ConfigHash(config_hash).spec(spec).finish();
+    /// Opens (creating when missing, mode 0600) the shared record of `key`
+    /// at `path` (see [`Key::path`]); removes files of this user that no
+    /// live process maps any more.
+    pub fn open(key: &Key, path: &Path, seed: u64) -> Result<Self, ShmError> {
+        let layout = Layout::of(key.spec).map_err(|e| ShmError::Mismatch(e.to_string()))?;
         let hsize = header_size();
         let len = hsize + layout.size;
         let shown = path.display().to_string();
-        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| ShmError::Mismatch(format!("{shown}: a path may not contain NUL")))?;
-        // SAFETY: plain system calls on a descriptor this function owns and
-        // closes on every path; the mapping is checked before use.
-        unsafe {
+        let cpath = c_path(path)?;
+        if let Some(dir) = path.parent() {
+            remove_unused(dir, path);
+        }
+        loop {
             // O_NOFOLLOW: a link planted at the path by someone else is refused.
             let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-            let fd = libc::open(cpath.as_ptr(), flags, 0o600);
+            // SAFETY: `cpath` is a C string.
+            let fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
             if fd < 0 {
                 return Err(os_error(format!("cannot open {shown}")));
             }
-            let result = Self::map(fd, &shown, len, hsize, &layout, spec, config_hash, seed);
-            libc::close(fd);
-            result
+            let fd = Fd(fd);
+            range_lock(fd.0, INIT, libc::F_WRLCK, true).map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
+            if !still_at(fd.0, &cpath) {
+                // Removed by `remove_unused` of another process between our
+                // open and our lock: open the path again.
+                continue;
+            }
+            let this = Self::map(fd, &shown, len, hsize, &layout, key, seed)?;
+            range_lock(this._fd.0, IN_USE, libc::F_RDLCK, true)
+                .map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
+            range_lock(this._fd.0, INIT, libc::F_UNLCK, false)
+                .map_err(|e| ShmError::Io { context: format!("cannot unlock {shown}"), source: e })?;
+            return Ok(this);
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn map(
-        fd: i32,
-        shown: &str,
-        len: usize,
-        hsize: usize,
-        layout: &Layout,
-        spec: &WindowSpec,
-        config_hash: u64,
-        seed: u64,
-    ) -> Result<Self, ShmError> {
-        // SAFETY (whole function): `fd` is an open descriptor; the mapping
-        // is `len` bytes long once the size check passed.
-        unsafe {
-            if libc::flock(fd, libc::LOCK_EX) != 0 {
-                return Err(os_error(format!("cannot lock {shown}")));
-            }
-            let mut st = MaybeUninit::<libc::stat>::zeroed();
-            if libc::fstat(fd, st.as_mut_ptr()) != 0 {
-                return Err(os_error(format!("cannot stat {shown}")));
-            }
-            let st = st.assume_init();
-            // Only a private regular file of ours: another user's file (in a
-            // world-writable directory such as /dev/shm) could be read,
-            // changed or truncated under us.
-            if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != libc::geteuid() || st.st_mode & 0o077 != 0 {
-                return Err(ShmError::Mismatch(format!(
-                    "{shown} must be a regular file owned by this user and private to it (mode 0600)"
-                )));
-            }
-            let existing = st.st_size as usize;
-            if existing != 0 && existing != len {
-                return Err(ShmError::Mismatch(format!(
-                    "{shown} holds a breaker of another layout or window size ({existing} bytes, expected {len})"
-                )));
-            }
-            if existing == 0 && libc::ftruncate(fd, len as libc::off_t) != 0 {
+    /// Sizes (reserving the space), maps, and validates or builds the file
+    /// open at `fd`, whose `INIT` lock the caller holds.
+    fn map(fd: Fd, shown: &str, len: usize, hsize: usize, layout: &Layout, key: &Key, seed: u64) -> Result<Self, ShmError> {
+        let st = fstat(fd.0).map_err(|e| ShmError::Io { context: format!("cannot stat {shown}"), source: e })?;
+        // Only a private regular file of ours: another user's file (in a
+        // world-writable directory such as /dev/shm) could be read,
+        // changed or truncated under us.
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != euid || st.st_mode & 0o077 != 0 {
+            return Err(ShmError::Mismatch(format!(
+                "{shown} must be a regular file owned by this user and private to it (mode 0600); \
+                 delete it, or choose another shared: name"
+            )));
+        }
+        let existing = usize::try_from(st.st_size).unwrap_or(usize::MAX);
+        let half_built = existing == 0 || Self::magic_is_zero(fd.0);
+        if !half_built && existing != len {
+            return Err(ShmError::Mismatch(format!(
+                "{shown} is not a circuit_breaker file of this build ({existing} bytes, expected {len}); \
+                 delete it, or choose another shared: name"
+            )));
+        }
+        if half_built {
+            // A file its creator left before it was ready: start afresh.
+            // SAFETY: `fd` is open for writing.
+            if unsafe { libc::ftruncate(fd.0, 0) } != 0 {
                 return Err(os_error(format!("cannot size {shown}")));
             }
-            let base = libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
-            if base == libc::MAP_FAILED {
-                return Err(os_error(format!("cannot map {shown}")));
-            }
-            let this = Self { base: base as *mut u8, len };
-            let header = this.header();
-            if existing == 0 || ((*header).magic == MAGIC && (*header).ready != READY) {
-                // New, or its creator died while initialising: (re)build it.
-                this.initialise(hsize, layout, spec, config_hash, seed)?;
-            } else if (*header).magic != MAGIC || (*header).version != LAYOUT_VERSION || (*header).ready != READY {
-                return Err(ShmError::Mismatch(format!(
-                    "{shown} is not a circuit_breaker file of layout version {LAYOUT_VERSION}"
-                )));
-            } else if (*header).header_size != hsize as u64 || (*header).record_size != layout.size as u64 {
-                return Err(ShmError::Mismatch(format!("{shown} holds a breaker of another layout or window size")));
-            } else if (*header).config_hash != config_hash {
-                return Err(ShmError::Mismatch(format!(
-                    "{shown} holds a breaker with another configuration; every process sharing it must pass the same options"
-                )));
-            }
-            libc::flock(fd, libc::LOCK_UN);
-            Ok(this)
         }
+        // Reserve every page now: a file system without room reports it
+        // here, instead of a SIGBUS at the first write to a missing page.
+        // SAFETY: `fd` is open for writing.
+        let rc = unsafe { libc::posix_fallocate(fd.0, 0, len as libc::off_t) };
+        if rc != 0 {
+            // SAFETY: as above; leaves an empty file, which is rebuilt (or
+            // removed once unused) later.
+            unsafe { libc::ftruncate(fd.0, 0) };
+            return Err(ShmError::Io {
+                context: format!("cannot reserve {len} bytes for {shown}"),
+                source: io::Error::from_raw_os_error(rc),
+            });
+        }
+        // SAFETY: maps `len` bytes of a file that now has at least `len`
+        // bytes, all allocated.
+        let base = unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0) };
+        if base == libc::MAP_FAILED {
+            return Err(os_error(format!("cannot map {shown}")));
+        }
+        let this = Self { base: base as *mut u8, len, _fd: fd };
+        // SAFETY: the header lies within the mapping; the INIT lock keeps
+        // every other process from building or validating it meanwhile.
+        let h = unsafe { &*this.header() };
+        let config_hash = key.hash();
+        if half_built || (h.magic == MAGIC && h.ready != READY) {
+            // SAFETY: the caller holds the INIT lock, and no process maps a
+            // file that was never ready.
+            unsafe { this.initialise(hsize, layout, key.spec, config_hash, seed) }?;
+        } else if h.magic != MAGIC
+            || h.version != LAYOUT_VERSION
+            || h.ready != READY
+            || h.layout_hash != layout_hash()
+            || h.header_size != hsize as u64
+            || h.record_size != layout.size as u64
+            || h.config_hash != config_hash
+        {
+            return Err(ShmError::Mismatch(format!(
+                "{shown} is not a circuit_breaker file of layout version {LAYOUT_VERSION} made by this build for these options; \
+                 delete it, or choose another shared: name"
+            )));
+        }
+        Ok(this)
     }
 
+    /// Whether the file's first 8 bytes are zero (or missing): the header
+    /// of a file whose creator died before writing it.
+    fn magic_is_zero(fd: i32) -> bool {
+        let mut magic = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into `magic`.
+        let n = unsafe { libc::pread(fd, magic.as_mut_ptr() as *mut libc::c_void, magic.len(), 0) };
+        n >= 0 && magic[..n as usize].iter().all(|&b| b == 0)
+    }
+
+    /// Builds the header and an empty record.
+    ///
+    /// # Safety
+    /// The caller holds the file's INIT lock and nobody uses the mapping.
     unsafe fn initialise(&self, hsize: usize, layout: &Layout, spec: &WindowSpec, config_hash: u64, seed: u64) -> Result<(), ShmError> {
-        // SAFETY: the caller holds the file lock, so nobody else reads or
-        // writes the mapping while it is (re)built.
-        unsafe {
-            ptr::write_bytes(self.base, 0, self.len);
-            let header = self.header();
-            let mut attr = MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+        // SAFETY: the mapping is `len` bytes, reserved, used by nobody else.
+        unsafe { ptr::write_bytes(self.base, 0, self.len) };
+        let header = self.header();
+        let mut attr = MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+        // SAFETY: initialises an attribute object, then the mutex in the
+        // header with it, then destroys the attribute object.
+        let rc = unsafe {
             libc::pthread_mutexattr_init(attr.as_mut_ptr());
             libc::pthread_mutexattr_setpshared(attr.as_mut_ptr(), libc::PTHREAD_PROCESS_SHARED);
             libc::pthread_mutexattr_setrobust(attr.as_mut_ptr(), libc::PTHREAD_MUTEX_ROBUST);
             let rc = libc::pthread_mutex_init(ptr::addr_of_mut!((*header).mutex), attr.as_ptr());
             libc::pthread_mutexattr_destroy(attr.as_mut_ptr());
-            if rc != 0 {
-                return Err(ShmError::Io { context: "cannot create the shared mutex".into(), source: io::Error::from_raw_os_error(rc) });
-            }
-            Record::init(self.base.add(hsize), layout, spec, seed).map_err(|e| ShmError::Mismatch(e.to_string()))?;
+            rc
+        };
+        if rc != 0 {
+            return Err(ShmError::Io { context: "cannot create the shared mutex".into(), source: io::Error::from_raw_os_error(rc) });
+        }
+        // SAFETY: the block after the header is `layout.size` bytes, 64-aligned.
+        unsafe { Record::init(self.base.add(hsize), layout, spec, seed) }.map_err(|e| ShmError::Mismatch(e.to_string()))?;
+        // SAFETY: plain writes to the header, which nobody else reads yet.
+        unsafe {
             (*header).magic = MAGIC;
             (*header).version = LAYOUT_VERSION;
             (*header).header_size = hsize as u64;
             (*header).record_size = layout.size as u64;
             (*header).config_hash = config_hash;
+            (*header).layout_hash = layout_hash();
             // Written last: a file is valid only once this is set.
             ptr::write_volatile(ptr::addr_of_mut!((*header).ready), READY);
-            Ok(())
         }
+        Ok(())
     }
 
     fn header(&self) -> *mut Header {
         self.base as *mut Header
     }
 
-    /// Runs `f` on the record under the process-shared mutex. `f` must be
-    /// short and must not block.
-    #[inline]
-    pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> T {
-        // SAFETY: the header was validated at open; the mutex serialises
-        // every process's access to the record that follows it.
-        unsafe {
-            let mutex = ptr::addr_of_mut!((*self.header()).mutex);
-            let record = &mut *(self.base.add(header_size()) as *mut Record);
-            let rc = libc::pthread_mutex_lock(mutex);
-            if rc == libc::EOWNERDEAD {
-                // Its last holder died mid-step: make the record whole again.
-                record.repair();
-                libc::pthread_mutex_consistent(mutex);
+    fn mutex(&self) -> *mut libc::pthread_mutex_t {
+        // SAFETY: the header lies within the mapping.
+        unsafe { ptr::addr_of_mut!((*self.header()).mutex) }
+    }
+
+    /// The guard of a lock call that returned `rc`: None when the mutex is
+    /// busy (or the wait timed out); an error for anything but success or a
+    /// recovered dead owner.
+    fn locked(&self, rc: i32) -> io::Result<Option<Guard<'_>>> {
+        match rc {
+            0 => Ok(Some(Guard { mapped: self })),
+            libc::EOWNERDEAD => {
+                // Its last holder died mid-step: mark the mutex usable, then
+                // make the record whole again under the guard.
+                // SAFETY: this thread owns the mutex (EOWNERDEAD locks it).
+                let rc = unsafe { libc::pthread_mutex_consistent(self.mutex()) };
+                let mut guard = Guard { mapped: self };
+                if rc != 0 {
+                    return Err(io::Error::from_raw_os_error(rc));
+                }
+                guard.record().repair();
+                Ok(Some(guard))
             }
-            let out = f(record);
-            libc::pthread_mutex_unlock(mutex);
-            out
+            libc::EBUSY | libc::ETIMEDOUT => Ok(None),
+            rc => Err(io::Error::from_raw_os_error(rc)),
+        }
+    }
+
+    /// Takes the lock if it is free now (a dead owner recovered).
+    #[inline]
+    pub fn try_lock(&self) -> io::Result<Option<Guard<'_>>> {
+        // SAFETY: the mutex was initialised when the file was built.
+        let rc = unsafe { libc::pthread_mutex_trylock(self.mutex()) };
+        self.locked(rc)
+    }
+
+    /// Waits up to `wait` nanoseconds for the lock, in short slices, and
+    /// gives up early once `stop` is set (by another thread: an interrupt
+    /// for the waiting one). None: not taken. Blocks: call it without any
+    /// runtime lock held (the binding releases Ruby's GVL around it).
+    pub fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<Guard<'_>>> {
+        const SLICE: Nanos = 5_000_000;
+        let deadline = monotonic().saturating_add(wait.max(0));
+        loop {
+            if stop.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+            let left = deadline.saturating_sub(monotonic());
+            if left <= 0 {
+                return self.try_lock();
+            }
+            // timedlock measures against CLOCK_REALTIME; each slice is short,
+            // so a clock step shortens or stretches only one slice.
+            let until = realtime().saturating_add(left.min(SLICE));
+            let ts = libc::timespec { tv_sec: until / 1_000_000_000, tv_nsec: until % 1_000_000_000 };
+            // SAFETY: the mutex was initialised when the file was built.
+            let rc = unsafe { libc::pthread_mutex_timedlock(self.mutex(), &ts) };
+            if rc == libc::ETIMEDOUT {
+                continue;
+            }
+            return self.locked(rc);
         }
     }
 
     /// The record's published word (see `Breaker::published`).
-    pub fn published(&self) -> &std::sync::atomic::AtomicU64 {
+    pub fn published(&self) -> &AtomicU64 {
         // SAFETY: the header lives as long as the mapping; the field is only
         // ever accessed atomically.
         unsafe { &(*self.header()).published }
     }
 
+    /// The record's published half-open time (see `Breaker::half_open_at`).
+    pub fn half_open_at(&self) -> &AtomicI64 {
+        // SAFETY: as for `published`.
+        unsafe { &(*self.header()).half_open_at }
+    }
+
+    /// Records dropped for a stuck lock, host-wide.
+    pub fn dropped(&self) -> &AtomicU64 {
+        // SAFETY: as for `published`.
+        unsafe { &(*self.header()).dropped }
+    }
+
     /// Holds the lock for `ms` milliseconds without doing anything: lets
-    /// tests kill a process that holds it.
+    /// tests stop or kill a process that holds it. None: it was busy.
     #[doc(hidden)]
-    pub fn hold_lock_for_test(&self, ms: u64) {
-        self.with(|_| std::thread::sleep(std::time::Duration::from_millis(ms)));
+    pub fn hold_lock_for_test(&self, ms: u64) -> io::Result<()> {
+        let never = AtomicBool::new(false);
+        let _guard = self.lock_within(Nanos::MAX, &never)?;
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        Ok(())
     }
 }
 
 impl Drop for MappedRecord {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `open`.
+        // SAFETY: unmaps exactly the mapping made in `open`; the descriptor
+        // (and its IN_USE lock) goes after.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
+}
+
+/// The shared lock, held: unlocks when dropped, on every path out
+/// (returns, `?`, panics).
+pub struct Guard<'a> {
+    mapped: &'a MappedRecord,
+}
+
+impl Guard<'_> {
+    /// The record the lock protects.
+    #[inline]
+    pub fn record(&mut self) -> &mut Record {
+        // SAFETY: the header was validated at open; the record follows it,
+        // and this guard holds the mutex that serialises every access.
+        unsafe { &mut *(self.mapped.base.add(header_size()) as *mut Record) }
+    }
+}
+
+impl Drop for Guard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: this guard exists only while this thread holds the mutex.
+        unsafe { libc::pthread_mutex_unlock(self.mapped.mutex()) };
+    }
+}
+
+fn clock_ns(clock: libc::clockid_t) -> Nanos {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes `ts`; both clocks always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as Nanos).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as Nanos)
+}
+
+fn monotonic() -> Nanos {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn realtime() -> Nanos {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// Removes the files of this user in `dir` (other than `keep`) that no
+/// live process maps: those of version 4 and later whose `IN_USE` and
+/// `INIT` locks are both free, and empty or zero-headed ones nobody is
+/// building. Files of older versions are left alone (they take no `IN_USE`
+/// lock, so whether they are used cannot be told). Best effort: a file that
+/// cannot be inspected is kept.
+pub fn remove_unused(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let prefix = file_prefix();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.as_encoded_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        let path = entry.path();
+        if path == keep {
+            continue;
+        }
+        let _ = remove_if_unused(&path);
+    }
+}
+
+fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
+    let cpath = c_path(path)?;
+    // O_NONBLOCK: never wait on a FIFO planted under the prefix.
+    let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    // SAFETY: `cpath` is a C string.
+    let fd = unsafe { libc::open(cpath.as_ptr(), flags) };
+    if fd < 0 {
+        return Ok(false);
+    }
+    let fd = Fd(fd);
+    let st = fstat(fd.0).map_err(|e| ShmError::Io { context: String::new(), source: e })?;
+    // SAFETY: geteuid cannot fail.
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != unsafe { libc::geteuid() } {
+        return Ok(false);
+    }
+    let ours = version_at_least_4(fd.0) || st.st_size == 0 || MappedRecord::magic_is_zero(fd.0);
+    if !ours {
+        return Ok(false);
+    }
+    let free = range_lock(fd.0, IN_USE, libc::F_WRLCK, false).unwrap_or(false)
+        && range_lock(fd.0, INIT, libc::F_WRLCK, false).unwrap_or(false);
+    if !free || !still_at(fd.0, &cpath) {
+        return Ok(false);
+    }
+    // SAFETY: `cpath` is a C string; the file is ours and unused, and the
+    // INIT lock keeps an opener from adopting it until it is gone (openers
+    // check, under that lock, that their file is still at its path).
+    Ok(unsafe { libc::unlink(cpath.as_ptr()) } == 0)
+}
+
+/// Whether the file holds a header of version 4 or later (which take the
+/// `IN_USE` lock).
+fn version_at_least_4(fd: i32) -> bool {
+    let mut head = [0u8; 12];
+    // SAFETY: reads at most 12 bytes into `head`.
+    let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, head.len(), 0) };
+    n == 12 && head[..8] == MAGIC && u32::from_ne_bytes([head[8], head[9], head[10], head[11]]) >= 4
 }
 
 #[cfg(test)]
@@ -328,78 +742,126 @@ mod tests {
     use crate::config::{Config, Options};
     use crate::state::{Decision, Outcome, State};
 
-    fn path(name: &str) -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("cb-test-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        p
+    const SPEC: WindowSpec = WindowSpec::Count { size: 10, slow_threshold_ms: 800.0 };
+
+    /// A directory of this test only.
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cb-shm-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
     }
 
-    const SPEC: WindowSpec = WindowSpec::Count { size: 10, slow_threshold_ms: 800.0 };
+    fn key<'a>(name: &'a str, config_hash: u64, spec: &'a WindowSpec) -> Key<'a> {
+        Key { namespace: b"test", name: name.as_bytes(), config_hash, spec }
+    }
+
+    fn open_in(dir: &Path, k: &Key) -> Result<MappedRecord, ShmError> {
+        let file = k.path().unwrap().file_name().unwrap().to_owned();
+        MappedRecord::open(k, &dir.join(file), 1)
+    }
+
+    fn with<T>(m: &MappedRecord, f: impl FnOnce(&mut Record) -> T) -> T {
+        let mut g = m.try_lock().unwrap().expect("free");
+        f(g.record())
+    }
 
     #[test]
     fn two_mappings_of_one_file_share_one_breaker() {
-        let p = path("share");
-        let a = MappedRecord::open(&p, &SPEC, 7, 1).unwrap();
-        let b = MappedRecord::open(&p, &SPEC, 7, 2).unwrap();
+        let d = dir("share");
+        let a = open_in(&d, &key("p", 7, &SPEC)).unwrap();
+        let b = open_in(&d, &key("p", 7, &SPEC)).unwrap();
         let cfg = Config::new(&Options { min_calls: 2, ..Options::default() }).unwrap();
         for m in [&a, &b] {
-            m.with(|r| {
+            with(m, |r| {
                 let (d, _) = r.breaker.acquire(&mut r.window, &cfg, 0);
                 let Decision::Allowed(p) = d else { panic!("closed") };
                 r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ms: 1.0 }, 0)
             });
         }
-        assert_eq!(b.with(|r| r.breaker.state()), State::Open);
-        let _ = std::fs::remove_file(&p);
+        assert_eq!(with(&b, |r| r.breaker.state()), State::Open);
     }
 
     #[test]
-    fn another_configuration_or_size_is_refused() {
-        let p = path("mismatch");
-        let _a = MappedRecord::open(&p, &SPEC, 7, 1).unwrap();
-        assert!(matches!(MappedRecord::open(&p, &SPEC, 8, 1), Err(ShmError::Mismatch(_))));
+    fn keys_differ_by_namespace_name_configuration_and_window() {
+        let base = key("p", 7, &SPEC).path().unwrap();
         let other = WindowSpec::Count { size: 11, slow_threshold_ms: 800.0 };
-        assert!(matches!(MappedRecord::open(&p, &other, 7, 1), Err(ShmError::Mismatch(_))));
-        let _ = std::fs::remove_file(&p);
+        let others = [
+            Key { namespace: b"other", ..key("p", 7, &SPEC) },
+            key("q", 7, &SPEC),
+            key("p", 8, &SPEC),
+            key("p", 7, &other),
+            // The separator cannot make two pairs one: "a-b"+"c" vs "a"+"b-c".
+            Key { namespace: b"test-p", name: b"", ..key("p", 7, &SPEC) },
+        ];
+        for k in others {
+            assert_ne!(k.path().unwrap(), base, "{k:?}");
+        }
+        assert_eq!(key("p", 7, &SPEC).path().unwrap(), base);
+    }
+
+    #[test]
+    fn a_name_too_long_for_a_file_name_is_refused_by_name() {
+        let long = "x".repeat(NAME_MAX);
+        let Err(ShmError::Mismatch(m)) = key(&long, 7, &SPEC).path() else { panic!("accepted") };
+        assert!(m.starts_with("shared: name too long"), "{m}");
+        assert!(key(&"x".repeat(150), 7, &SPEC).path().is_ok());
     }
 
     #[test]
     fn a_foreign_file_is_refused() {
-        let p = path("foreign");
+        let d = dir("foreign");
+        let k = key("p", 7, &SPEC);
+        let p = d.join(k.path().unwrap().file_name().unwrap());
         let len = header_size() + Layout::of(&SPEC).unwrap().size;
         let mut junk = vec![0xABu8; len];
         junk[12..16].copy_from_slice(&READY.to_le_bytes()); // looks ready, wrong magic
         std::fs::write(&p, &junk).unwrap();
-        assert!(matches!(MappedRecord::open(&p, &SPEC, 7, 1), Err(ShmError::Mismatch(_))));
+        assert!(matches!(MappedRecord::open(&k, &p, 1), Err(ShmError::Mismatch(_))));
         std::fs::write(&p, b"short").unwrap();
-        assert!(matches!(MappedRecord::open(&p, &SPEC, 7, 1), Err(ShmError::Mismatch(_))));
-        let _ = std::fs::remove_file(&p);
+        assert!(matches!(MappedRecord::open(&k, &p, 1), Err(ShmError::Mismatch(_))));
+    }
+
+    #[test]
+    fn a_zero_header_left_by_a_dead_creator_is_rebuilt() {
+        let d = dir("zero");
+        let k = key("p", 7, &SPEC);
+        let p = d.join(k.path().unwrap().file_name().unwrap());
+        for size in [8, 100, header_size() + Layout::of(&SPEC).unwrap().size] {
+            std::fs::write(&p, vec![0u8; size]).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let m = MappedRecord::open(&k, &p, 1).unwrap();
+            assert_eq!(with(&m, |r| r.breaker.state()), State::Closed);
+        }
     }
 
     #[test]
     fn a_link_or_a_file_open_to_others_is_refused() {
-        let p = path("link");
+        let d = dir("link");
+        let k = key("p", 7, &SPEC);
+        let p = d.join(k.path().unwrap().file_name().unwrap());
         std::os::unix::fs::symlink("/tmp/cb-link-target-never-created", &p).unwrap();
-        assert!(MappedRecord::open(&p, &SPEC, 7, 1).is_err());
+        assert!(MappedRecord::open(&k, &p, 1).is_err());
         let _ = std::fs::remove_file(&p);
         std::fs::write(&p, b"").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(matches!(MappedRecord::open(&p, &SPEC, 7, 1), Err(ShmError::Mismatch(_))));
-        let _ = std::fs::remove_file(&p);
+        assert!(matches!(MappedRecord::open(&k, &p, 1), Err(ShmError::Mismatch(_))));
     }
 
     #[test]
     fn an_unwritable_place_is_an_io_error() {
-        let p = Path::new("/proc/cb-cannot-create-here");
-        assert!(matches!(MappedRecord::open(p, &SPEC, 7, 1), Err(ShmError::Io { .. })));
+        let k = key("p", 7, &SPEC);
+        assert!(matches!(MappedRecord::open(&k, Path::new("/proc/cb-cannot-create-here"), 1), Err(ShmError::Io { .. })));
     }
 
     #[test]
     fn paths_escape_what_a_file_name_cannot_hold() {
-        let p = default_path("pay/ments ü".as_bytes());
+        let k = Key { namespace: b"app 1", ..key("pay/ments \u{fc}", 7, &SPEC) };
+        let p = k.path().unwrap();
         let name = p.file_name().unwrap().to_str().unwrap().to_owned();
-        assert!(name.ends_with("-pay%2Fments%20%C3%BC"), "{name}");
+        assert!(name.starts_with(&format!("{}app%201-pay%2Fments%20%C3%BC-", file_prefix())), "{name}");
     }
 
     #[test]
@@ -410,22 +872,104 @@ mod tests {
     }
 
     #[test]
+    fn the_layout_hash_is_stable_within_a_build() {
+        assert_eq!(layout_hash(), layout_hash());
+        assert_ne!(layout_hash(), 0);
+    }
+
+    #[test]
+    fn files_nobody_maps_are_removed_and_mapped_ones_kept() {
+        let d = dir("cleanup");
+        let kept = open_in(&d, &key("kept", 7, &SPEC)).unwrap();
+        let gone = open_in(&d, &key("gone", 7, &SPEC)).unwrap();
+        drop(gone);
+        let foreign = d.join(format!("{}foreign", file_prefix()));
+        std::fs::write(&foreign, b"not ours, not empty").unwrap();
+        let other_prefix = d.join("unrelated");
+        std::fs::write(&other_prefix, b"").unwrap();
+        let _third = open_in(&d, &key("third", 7, &SPEC)).unwrap();
+        let names: Vec<String> =
+            std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert!(names.iter().any(|n| n.contains("-kept-")), "{names:?}");
+        assert!(names.iter().any(|n| n.contains("-third-")), "{names:?}");
+        assert!(!names.iter().any(|n| n.contains("-gone-")), "{names:?}");
+        assert!(foreign.exists() && other_prefix.exists());
+        drop(kept);
+    }
+
+    #[test]
+    fn a_full_file_system_is_an_error_not_a_bus_error() {
+        // Runs only where a tiny tmpfs can be mounted (root); the RSpec suite
+        // covers the same through Ruby.
+        let d = dir("tiny");
+        let c = c_path(&d).unwrap();
+        let (fs, opts) = (CString::new("tmpfs").unwrap(), CString::new("size=64k").unwrap());
+        // SAFETY: plain mount(2) with C strings.
+        if unsafe { libc::mount(fs.as_ptr(), c.as_ptr(), fs.as_ptr(), 0, opts.as_ptr() as *const libc::c_void) } != 0 {
+            eprintln!("skipped: cannot mount a tmpfs here ({})", io::Error::last_os_error());
+            return;
+        }
+        let big = WindowSpec::Count { size: 1_000_000, slow_threshold_ms: 800.0 };
+        let result = open_in(&d, &key("big", 7, &big));
+        // SAFETY: unmounts what this test mounted.
+        unsafe { libc::umount(c.as_ptr()) };
+        match result {
+            Err(ShmError::Io { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::ENOSPC)),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a 1 MB record fitted in 64 KiB"),
+        }
+    }
+
+    #[test]
+    fn the_guard_unlocks_on_a_panic() {
+        let d = dir("panic");
+        let m = open_in(&d, &key("p", 7, &SPEC)).unwrap();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with(&m, |_| panic!("mid-step"));
+        }));
+        assert!(caught.is_err());
+        assert!(m.try_lock().unwrap().is_some(), "still locked after the panic");
+    }
+
+    #[test]
+    fn a_busy_lock_is_waited_for_only_up_to_the_bound_or_the_stop_flag() {
+        let d = dir("bound");
+        let m = open_in(&d, &key("p", 7, &SPEC)).unwrap();
+        let never = AtomicBool::new(false);
+        let held = m.try_lock().unwrap().expect("free");
+        std::thread::scope(|s| {
+            // Another thread: a robust mutex is owned by one thread.
+            s.spawn(|| {
+                assert!(m.try_lock().unwrap().is_none());
+                assert!(m.lock_within(20_000_000, &never).unwrap().is_none());
+                let stop = AtomicBool::new(true);
+                assert!(m.lock_within(Nanos::MAX, &stop).unwrap().is_none());
+            })
+            .join()
+            .unwrap();
+        });
+        drop(held);
+        assert!(m.lock_within(0, &never).unwrap().is_some());
+    }
+
+    #[test]
     fn a_holder_that_dies_does_not_wedge_the_others() {
-        let p = path("robust");
-        let m = MappedRecord::open(&p, &SPEC, 7, 1).unwrap();
+        let d = dir("robust");
+        let m = open_in(&d, &key("p", 7, &SPEC)).unwrap();
         // SAFETY: the child only locks (through the mapping) and exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             // Locks and dies holding the lock.
+            // SAFETY: the mutex is initialised; _exit ends the child at once.
             unsafe {
-                libc::pthread_mutex_lock(ptr::addr_of_mut!((*m.header()).mutex));
+                libc::pthread_mutex_lock(m.mutex());
                 libc::_exit(0);
             }
         }
         let mut status = 0;
+        // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        m.with(|r| r.window.record(1.0, false, 0));
-        assert_eq!(m.with(|r| r.window.counts(0).total), 1);
-        let _ = std::fs::remove_file(&p);
+        with(&m, |r| r.window.record(1.0, false, 0));
+        assert_eq!(with(&m, |r| r.window.counts(0).total), 1);
     }
 }

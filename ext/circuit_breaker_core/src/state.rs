@@ -38,6 +38,16 @@ pub enum State {
     Disabled,
 }
 
+impl State {
+    /// The state in a [`Breaker::published`] word.
+    pub fn published(word: u64) -> Self {
+        [State::Closed, State::Open, State::HalfOpen, State::ForcedOpen, State::Disabled]
+            .into_iter()
+            .find(|s| *s as u64 == word & 7)
+            .unwrap_or(State::Open)
+    }
+}
+
 /// Why a transition happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
@@ -104,6 +114,25 @@ pub struct Rejection {
 pub enum Decision {
     Allowed(Permit),
     Rejected(Rejection),
+}
+
+impl Decision {
+    /// The decision for a call when the lock cannot be had (its holder is
+    /// stuck), from the published word alone: closed and disabled admit,
+    /// open and forced open reject, and half-open refuses (a probe slot
+    /// cannot be taken without the lock). `half_open_at` is the published
+    /// end of the open period (see [`Breaker::half_open_at`]).
+    pub fn unlocked(word: u64, half_open_at: Nanos, now: Nanos) -> Self {
+        if let Some(p) = Permit::admitting(word) {
+            return Decision::Allowed(p);
+        }
+        let (state, retry_after) = match word & 7 {
+            w if w == State::HalfOpen as u64 => (State::HalfOpen, Some(0)),
+            w if w == State::ForcedOpen as u64 => (State::ForcedOpen, None),
+            _ => (State::Open, Some(half_open_at.saturating_sub(now).max(0))),
+        };
+        Decision::Rejected(Rejection { state, retry_after })
+    }
 }
 
 /// How a permitted call ended.
@@ -175,7 +204,9 @@ impl Transitions {
     }
 }
 
-/// A breaker's mutable state, besides its window. Plain data.
+/// A breaker's mutable state, besides its window. Plain data, stored in
+/// shared files: its layout is pinned (`repr(C)`) and hashed (`layout`).
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Breaker {
     state: State,
@@ -228,6 +259,24 @@ impl Breaker {
         } else {
             State::Open as u64
         }
+    }
+
+    /// When an open breaker turns half-open (None unless open): the retry
+    /// time of a call rejected from the published state alone.
+    pub fn half_open_at(&self) -> Option<Nanos> {
+        (self.state == State::Open).then(|| self.opened_at.saturating_add(self.open_for))
+    }
+
+    /// Adds the layout of the breaker's state (see
+    /// [`crate::shm::layout_hash`]); keep the field list whole.
+    pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+        let h = crate::hash_layout!(h, enum State);
+        let h = crate::hash_layout!(
+            h,
+            Breaker { state, generation, opened_at, open_for, open_base, stage, counters, tripped, rng }
+        );
+        let h = crate::hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
+        crate::ramp::layout(h)
     }
 
     /// Half-open probes currently running in this generation.

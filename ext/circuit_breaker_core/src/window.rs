@@ -21,6 +21,7 @@ pub trait Buckets: AsRef<[Bucket]> + AsMut<[Bucket]> {}
 impl<T: AsRef<[Bucket]> + AsMut<[Bucket]>> Buckets for T {}
 
 /// What a window holds at one instant.
+#[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
     /// Calls in the window.
@@ -64,6 +65,7 @@ fn check_slow_threshold(ms: f64) -> Result<f64, ConfigError> {
 }
 
 /// The last `size` recorded calls, in a ring of one byte each.
+#[repr(C)]
 #[derive(Debug)]
 pub struct CountWindow<S = Box<[u8]>> {
     slots: S,
@@ -160,6 +162,7 @@ pub struct Bucket {
 
 /// Calls that finished in the last `span`, in `buckets` buckets of
 /// `span / buckets` each; a bucket expires whole.
+#[repr(C)]
 #[derive(Debug)]
 pub struct TimeWindow<B = Box<[Bucket]>> {
     buckets: B,
@@ -293,6 +296,7 @@ impl<B: Buckets> TimeWindow<B> {
 /// Valid only while it stays where [`Window::anchor`] put it, inside the
 /// block of memory it points into; it is neither `Clone` nor `Copy`, and
 /// the block that holds it must never be moved.
+#[repr(C)]
 #[derive(Debug)]
 pub struct RelSlice<T> {
     offset: isize,
@@ -374,6 +378,7 @@ impl PlacedWindow {
 }
 
 /// Either window, as a breaker uses it.
+#[repr(C, u8)]
 #[derive(Debug)]
 pub enum Window<S = Box<[u8]>, B = Box<[Bucket]>> {
     /// Count-based: the last N calls.
@@ -432,6 +437,18 @@ impl<S: Slots, B: Buckets> Window<S, B> {
             Window::Time(_) => None,
         }
     }
+}
+
+/// Adds the layout of a placed window and its parts (see
+/// [`crate::shm::layout_hash`]).
+pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+    let h = crate::hash_layout!(h, enum PlacedWindow);
+    let h = crate::hash_layout!(h, CountWindow<RelSlice<u8>> { slots, slow_threshold_ms, head, len, failures, slow_calls });
+    let h = crate::hash_layout!(h, TimeWindow<RelSlice<Bucket>> { buckets, span, width, slow_threshold_ms, totals, newest });
+    let h = crate::hash_layout!(h, RelSlice<u8> { offset, len, _items });
+    let h = crate::hash_layout!(h, RelSlice<Bucket> { offset, len, _items });
+    let h = crate::hash_layout!(h, Bucket { epoch, counts });
+    crate::hash_layout!(h, Counts { total, failures, slow_calls })
 }
 
 #[cfg(test)]
