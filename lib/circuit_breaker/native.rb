@@ -28,12 +28,14 @@ class CircuitBreaker
   #                                min_calls: 10, open_duration: 15, name: "payments")
 
   ##
-  # :singleton-method: shared_path
+  # :method: shared_path
   # :call-seq:
-  #   CircuitBreaker.shared_path(name) -> String
+  #   shared_path -> String or nil
   #
-  # The file that holds the breaker opened with <tt>shared: name</tt>
-  # (docs/shared.md), e.g. <tt>/dev/shm/circuit_breaker-1000-payments</tt>.
+  # The file that holds a <tt>shared:</tt> breaker (docs/shared.md), e.g.
+  # <tt>/dev/shm/circuit_breaker-1000-payments-3f9c0d2a71b4e865</tt>: its
+  # name holds a hash of the options, so it is a method of the breaker. nil
+  # for a breaker of one process.
 
   ##
   # :method: call

@@ -110,13 +110,8 @@ RSpec.describe CircuitBreaker, "counters" do
   end
 
   describe "with shared:" do
+    # Its file goes once no process maps it (docs/shared.md).
     let(:key) { "spec-counters-#{Process.pid}-#{rand(1 << 32)}" }
-
-    after do
-      File.delete(CircuitBreaker.shared_path(key))
-    rescue SystemCallError
-      nil
-    end
 
     it "are host-wide, marked so, and count every process's calls once" do
       b = CircuitBreaker.new(**options, min_calls: 10, shared: key)
