@@ -37,6 +37,7 @@ class CircuitBreaker
   end
 end
 
-# The articles' names, so their code runs unchanged.
-SlidingWindow = CircuitBreaker::SlidingWindow unless defined?(SlidingWindow)
-CircuitOpenError = CircuitBreaker::OpenError unless defined?(CircuitOpenError)
+# The articles' top-level names, answered only where the app has none.
+require_relative "circuit_breaker/top_level"
+# Rails integration, only under Rails.
+require_relative "circuit_breaker/railtie" if defined?(Rails::Railtie)

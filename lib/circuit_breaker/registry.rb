@@ -15,9 +15,6 @@ class CircuitBreaker
     # name (frozen String) => [breaker, options given at creation (frozen)]
     ENTRIES = {}
 
-    # Options whose values usually compare by identity (their `==` is
-    # Object#==): a differing one earns a hint in the error message.
-    IDENTITY_OPTIONS = %i[window clock logger failure_if record_errors ignore_errors].freeze
 
     class << self
       # @return [String] `name` as a frozen String
@@ -50,18 +47,36 @@ class CircuitBreaker
       end
 
       # Keys present in only one of the two option Hashes, or whose values
-      # are not `==`.
+      # differ by value (see {comparable}).
       def differing_keys(registered, given)
         (registered.keys | given.keys).reject do |k|
-          registered.key?(k) && given.key?(k) && registered[k] == given[k]
+          registered.key?(k) && given.key?(k) && comparable(registered[k]) == comparable(given[k])
+        end
+      end
+
+      # What an option value is compared by, so that re-running the same
+      # source after a code reload finds the same breaker: a window by its
+      # kind and settings, a Proc or Method by where it is written (a Proc
+      # without a source location, such as `&:sym`, by identity), a named
+      # class or module by its name (a reloaded class is a new object),
+      # Arrays and Hashes element by element, anything else by `==`.
+      def comparable(value)
+        case value
+        when SlidingWindow then [SlidingWindow, value.size, value.slow_threshold_ms]
+        when TimeWindow then [TimeWindow, value.seconds, value.buckets, value.slow_threshold_ms]
+        when Proc then value.source_location ? [Proc, value.lambda?, value.source_location] : value
+        when Method, UnboundMethod then [value.class, value.name, value.source_location || value.owner]
+        when Module then value.name ? [Module, value.name] : value
+        when Array then value.map { |v| comparable(v) }
+        when Hash then value.transform_values { |v| comparable(v) }
+        else value
         end
       end
 
       def mismatch(key, keys)
-        hint = (keys & IDENTITY_OPTIONS).empty? ? "" : " (windows, clocks, loggers and Procs compare by identity: pass the same object)"
         ArgumentError.new(
           "CircuitBreaker.for(#{key.inspect}): options differ from the first call's: " \
-          "#{keys.map { |k| "#{k}:" }.join(', ')}#{hint}; " \
+          "#{keys.map { |k| "#{k}:" }.join(', ')}; " \
           "call CircuitBreaker.for(#{key.inspect}) without options to look the breaker up"
         )
       end
@@ -75,11 +90,13 @@ class CircuitBreaker
     # process; safe to call from many threads at once.
     #
     # A later call without options looks the breaker up. A later call with
-    # options compares them, as given, with those of the first call
-    # (`Hash#==`: the same keys with `==` values); when they differ it raises
-    # ArgumentError naming the keys. Windows, clocks, loggers and Procs
-    # compare by identity, so pass the same object again, or configure the
-    # breaker once at boot and call `for(name)` without options afterwards.
+    # options compares them, as given, with those of the first call, by
+    # value: the same keys, windows of the same kind and settings, Procs and
+    # methods written at the same place, classes of the same name, other
+    # values `==`. So code that runs again after a reload (a class body, a
+    # `to_prepare` block) finds the breaker it made the first time, which
+    # keeps the first call's objects. When they differ it raises
+    # ArgumentError naming the keys.
     #
     # @example Configure once at boot, look up anywhere
     #   CircuitBreaker.for(:payments, window: SlidingWindow.new(size: 50), open_duration: 10)

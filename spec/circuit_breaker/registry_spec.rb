@@ -52,13 +52,34 @@ RSpec.describe CircuitBreaker, "registry" do
       expect { CircuitBreaker.for(name, min_calls: 20) }.to raise_error(ArgumentError, /min_calls:/)
     end
 
-    it "compares windows by identity: the same window object matches, an equal new one does not" do
+    it "compares windows by kind and settings: an equal new window finds the breaker, another size does not" do
       window = CircuitBreaker::SlidingWindow.new(size: 10)
       first = CircuitBreaker.for(name, window: window)
       expect(first.window).to be(window)
-      expect(CircuitBreaker.for(name, window: window)).to be(first)
-      expect { CircuitBreaker.for(name, window: CircuitBreaker::SlidingWindow.new(size: 10)) }
-        .to raise_error(ArgumentError, /window:.*identity/)
+      expect(CircuitBreaker.for(name, window: CircuitBreaker::SlidingWindow.new(size: 10))).to be(first)
+      expect(first.window).to be(window) # the first call's window stays
+      expect { CircuitBreaker.for(name, window: CircuitBreaker::SlidingWindow.new(size: 11)) }
+        .to raise_error(ArgumentError, /window:/)
+      expect { CircuitBreaker.for(name, window: CircuitBreaker::TimeWindow.new(seconds: 10)) }
+        .to raise_error(ArgumentError, /window:/)
+    end
+
+    it "compares Procs and methods by where they are written, so code run again after a reload matches" do
+      register = -> { CircuitBreaker.for(name, failure_if: ->(r) { r.nil? }, record_errors: [IOError, ->(e) { e.message == "x" }]) }
+      first = register.call
+
+      expect(register.call).to be(first) # new Procs, written at the same place
+      expect { CircuitBreaker.for(name, failure_if: ->(r) { r.nil? }, record_errors: [IOError, ->(e) { e.message == "x" }]) }
+        .to raise_error(ArgumentError, /failure_if:, record_errors:/)
+    end
+
+    it "compares named classes by name (a reloaded class is a new object with the same name)" do
+      stand_in = Class.new(StandardError)
+      first = CircuitBreaker.for(name, record_errors: [IOError])
+      allow(stand_in).to receive(:name).and_return("IOError")
+
+      expect(CircuitBreaker.for(name, record_errors: [stand_in])).to be(first)
+      expect { CircuitBreaker.for(name, record_errors: [EOFError]) }.to raise_error(ArgumentError, /record_errors:/)
     end
 
     it "accepts a name: option equal to the name, and refuses another" do

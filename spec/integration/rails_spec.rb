@@ -1,0 +1,75 @@
+# frozen_string_literal: true
+
+require "json"
+require "open3"
+require "tmpdir"
+require_relative "../../examples/support/flaky_upstream"
+
+# A real Rails 6.1 app (spec/fixtures/rails_app, Debian's ruby-railties)
+# booted in a child process with each autoloader, eager loading on and off:
+# its own app/models/sliding_window.rb, a class body that registers a
+# breaker and is reloaded, and the docs' initializer with its Faraday
+# connection against a real server on 127.0.0.1.
+RSpec.describe "a Rails app", :integration do
+  root = File.expand_path("../..", __dir__)
+  app = File.join(root, "spec/fixtures/rails_app")
+
+  before(:all) do
+    @upstream = CircuitBreaker::Examples::FlakyUpstream.start(stop_after: 600)
+  end
+
+  after(:all) { @upstream&.stop }
+
+  def boot(app, root, **env)
+    Dir.mktmpdir do |dir|
+      env = env.transform_keys(&:to_s).merge("LOG_PATH" => File.join(dir, "rails.log"),
+                                             "ORDERS_URL" => @upstream.url,
+                                             "RUBYOPT" => "-I#{File.join(root, 'lib')}")
+      out, err, status = Open3.capture3(env, RbConfig.ruby, File.join(app, "script/check.rb"), chdir: app)
+      raise "the app failed (#{status}):\n#{err}\n#{out}" unless status.success?
+
+      [JSON.parse(out.lines.last), File.read(File.join(dir, "rails.log"))]
+    end
+  end
+
+  [%w[zeitwerk 0], %w[zeitwerk 1], %w[classic 0], %w[classic 1]].each do |autoloader, eager|
+    context "with the #{autoloader} autoloader, eager loading #{eager == '1' ? 'on' : 'off'}" do
+      before(:all) { @seen, @log = boot(app, root, AUTOLOADER: autoloader, EAGER_LOAD: eager) }
+
+      let(:seen) { @seen }
+
+      it "boots as configured, with the Railtie" do
+        expect(seen).to include("autoloader" => autoloader, "eager_load" => eager == "1", "railtie" => true)
+      end
+
+      it "keeps the app's own SlidingWindow model (no superclass mismatch, not the gem's), before and after a reload" do
+        expect(seen).to include("sliding_window_superclass" => "ApplicationModel",
+                                "sliding_window_is_the_apps" => true,
+                                "sliding_window_after_reload" => true)
+        expect(seen).to include("circuit_open_error_is_the_gems" => true) # the app has none
+      end
+
+      it "finds the same breaker when a reloaded class body calls CircuitBreaker.for with a new window and Proc" do
+        expect(seen).to include("reloaded" => true, "same_breaker_after_reload" => true)
+      end
+
+      it "trips the initializer's breaker through its Faraday connection: 20 failures, then rejections" do
+        expect(seen).to include("orders_statuses" => { "503" => 20, "rejected" => 5 }, "orders_state" => "open")
+      end
+    end
+  end
+
+  it "shows the initializer of docs/rails.md verbatim" do
+    initializer = File.read(File.join(app, "config/initializers/circuit_breaker.rb"))
+
+    expect(File.read(File.join(root, "docs/rails.md"))).to include(initializer)
+  end
+
+  it "is not loaded, nor is the Railtie, without Rails" do
+    out, status = Open3.capture2e(RbConfig.ruby, "-I", File.join(root, "lib"), "-e",
+                                  'require "circuit_breaker"; p [defined?(Rails), defined?(CircuitBreaker::Railtie)]')
+
+    expect(status).to be_success, out
+    expect(out.strip).to eq("[nil, nil]")
+  end
+end
