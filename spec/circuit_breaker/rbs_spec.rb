@@ -3,6 +3,7 @@
 require "open3"
 require "rbconfig"
 require "circuit_breaker/registry"
+require "circuit_breaker/prometheus"
 
 # sig/**/*.rbs against the loaded gem. The signatures are read with a small
 # line-based reader (declarations one per line, as sig/ writes them), so the
@@ -112,14 +113,15 @@ RSpec.describe "sig/ (RBS signatures)", :integration do
     end
 
     classes = %w[CircuitBreaker CircuitBreaker::SlidingWindow CircuitBreaker::TimeWindow CircuitBreaker::ManualClock
-                 CircuitBreaker::Error CircuitBreaker::OpenError CircuitBreaker::StateChange]
+                 CircuitBreaker::Error CircuitBreaker::OpenError CircuitBreaker::StateChange
+                 CircuitBreaker::Prometheus]
     classes << "CircuitBreaker::Faraday" if faraday_present
 
     classes.each do |path|
       it "declares every public method the gem gives #{path}" do
         skip "Faraday is not installed" if path.end_with?("Faraday") && !faraday_loaded.call
         mod = Object.const_get(path)
-        base = mod.superclass
+        base = mod.is_a?(Class) ? mod.superclass : Module.new
         own = mod.public_instance_methods - base.public_instance_methods
         own_singleton = mod.singleton_methods - base.singleton_methods
         # Struct.new's class methods ([], members, keyword_init?...) come with every Struct class.
