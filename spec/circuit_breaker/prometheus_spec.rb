@@ -16,6 +16,7 @@ RSpec.describe CircuitBreaker::Prometheus do
     text.lines.reject { |l| l.start_with?("#") }.to_h { |l| l.chomp.split(" ", 2) }
   end
 
+  before { CircuitBreaker.forget_all! }
   after { CircuitBreaker.forget_all! }
 
   it "renders every registered breaker by default" do
