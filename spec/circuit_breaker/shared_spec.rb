@@ -219,6 +219,13 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
       expect { described_class.new(shared: ["payments"]) }.to raise_error(TypeError, /shared/)
     end
 
+    it "must fit in a file name, or is an ArgumentError naming the option" do
+      expect { described_class.new(shared: "x" * 300) }
+        .to raise_error(ArgumentError, /\Ashared: name too long: .*shorter shared: name/)
+      expect { described_class.new(shared: "ü" * 70) }.to raise_error(ArgumentError, /too long/) # 420 bytes escaped
+      expect(described_class.new(shared: "#{shared_name}-#{'x' * 150}").state).to eq(:closed)
+    end
+
     it "must not be empty, and may hold any bytes" do
       expect { described_class.new(shared: "") }.to raise_error(ArgumentError, /shared must be a non-empty/)
       key = "#{shared_name}-\xff".b

@@ -921,6 +921,24 @@ mod tests {
     }
 
     #[test]
+    fn without_the_lock_closed_admits_open_rejects_and_half_open_refuses() {
+        let word = |state: State, generation: u64| (generation << 3) | state as u64;
+        let sec = 1_000_000_000;
+        let allowed = Decision::unlocked(word(State::Closed, 5), 0, 0);
+        assert!(matches!(allowed, Decision::Allowed(p) if p.generation == 5 && !p.probe));
+        assert!(matches!(Decision::unlocked(word(State::Disabled, 1), 0, 0), Decision::Allowed(_)));
+        let rejected = |w, at, now| match Decision::unlocked(w, at, now) {
+            Decision::Rejected(r) => (r.state, r.retry_after),
+            Decision::Allowed(_) => panic!("admitted"),
+        };
+        assert_eq!(rejected(word(State::Open, 2), 30 * sec, 10 * sec), (State::Open, Some(20 * sec)));
+        assert_eq!(rejected(word(State::Open, 2), 30 * sec, 40 * sec), (State::Open, Some(0)));
+        assert_eq!(rejected(word(State::HalfOpen, 3), 0, 0), (State::HalfOpen, Some(0)));
+        assert_eq!(rejected(word(State::ForcedOpen, 4), 0, 0), (State::ForcedOpen, None));
+        assert_eq!(State::published(word(State::HalfOpen, 9)), State::HalfOpen);
+    }
+
+    #[test]
     fn the_guard_unlocks_on_a_panic() {
         let d = dir("panic");
         let m = open_in(&d, &key("p", 7, &SPEC)).unwrap();
