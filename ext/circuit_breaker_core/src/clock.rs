@@ -42,6 +42,8 @@ pub trait Clock {
 pub struct MonotonicClock;
 
 impl Clock for MonotonicClock {
+    // time_t and c_long are i32 on 32-bit targets: the casts are needed there.
+    #[allow(clippy::unnecessary_cast)]
     fn now(&self) -> Nanos {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
@@ -61,6 +63,7 @@ pub struct CoarseClock;
 
 impl CoarseClock {
     /// The clock's resolution, when the system has it.
+    #[allow(clippy::unnecessary_cast)] // as in `now`
     pub fn resolution() -> Option<Nanos> {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid, writable timespec.
@@ -70,6 +73,8 @@ impl CoarseClock {
 }
 
 impl Clock for CoarseClock {
+    // time_t and c_long are i32 on 32-bit targets: the casts are needed there.
+    #[allow(clippy::unnecessary_cast)]
     fn now(&self) -> Nanos {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: as for MonotonicClock; `resolution` tells callers first

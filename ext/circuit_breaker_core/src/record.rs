@@ -82,6 +82,7 @@ impl Record {
         let storage = unsafe { block.add(layout.storage_offset) };
         let window = match *spec {
             WindowSpec::Count { slow_threshold_ms, .. } => {
+                // SAFETY: `storage_len` bytes of the block, after the record.
                 let slots = unsafe { std::slice::from_raw_parts_mut(storage, layout.storage_len) };
                 Window::Count(CountWindow::with_storage(slots, slow_threshold_ms)?)
             }
@@ -89,8 +90,10 @@ impl Record {
                 let buckets = storage as *mut Bucket;
                 // Initialised before a slice of them exists.
                 for i in 0..layout.storage_len {
+                    // SAFETY: bucket `i` of `storage_len`, inside the block, aligned.
                     unsafe { buckets.add(i).write(Bucket::default()) };
                 }
+                // SAFETY: the `storage_len` buckets just written.
                 let buckets = unsafe { std::slice::from_raw_parts_mut(buckets, layout.storage_len) };
                 Window::Time(TimeWindow::with_storage(buckets, seconds, slow_threshold_ms)?)
             }
@@ -213,6 +216,7 @@ mod tests {
         h.get().window.record(1.0, false, 0);
         let mut copy = h.block.clone();
         drop(h);
+        // SAFETY: the copy holds a whole record, 8-aligned, and stays put.
         let r = unsafe { &mut *(copy.as_mut_ptr() as *mut Record) };
         r.window.record(1.0, false, 0);
         assert_eq!(r.window.counts(0).failures, 2);
@@ -234,9 +238,11 @@ mod tests {
         if pid == 0 {
             let r = h.get();
             let ok = matches!(r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration).0, Decision::Allowed(_));
+            // SAFETY: ends the forked child at once.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;
+        // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert_eq!(libc::WEXITSTATUS(status), 0, "the child got the slot");
         let r = h.get();

@@ -106,7 +106,7 @@ impl Default for ConfigHash {
 
 impl ConfigHash {
     /// Adds the bytes of one value.
-    pub fn add(mut self, bytes: &[u8]) -> Self {
+    pub fn bytes(mut self, bytes: &[u8]) -> Self {
         for &b in bytes {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -115,22 +115,22 @@ impl ConfigHash {
 
     /// Adds a float by its bits.
     pub fn f64(self, x: f64) -> Self {
-        self.add(&x.to_bits().to_le_bytes())
+        self.bytes(&x.to_bits().to_le_bytes())
     }
 
     /// Adds an integer.
     pub fn i64(self, x: i64) -> Self {
-        self.add(&x.to_le_bytes())
+        self.bytes(&x.to_le_bytes())
     }
 
     /// Adds a size or an offset.
     pub fn usize(self, x: usize) -> Self {
-        self.add(&(x as u64).to_le_bytes())
+        self.bytes(&(x as u64).to_le_bytes())
     }
 
     /// Adds a string, length first (so that "ab"+"c" and "a"+"bc" differ).
     pub fn text(self, s: &[u8]) -> Self {
-        self.usize(s.len()).add(s)
+        self.usize(s.len()).bytes(s)
     }
 
     /// Adds a window's configuration.
