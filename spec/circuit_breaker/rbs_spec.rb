@@ -4,6 +4,7 @@ require "open3"
 require "rbconfig"
 require "circuit_breaker/registry"
 require "circuit_breaker/prometheus"
+require "circuit_breaker/dashboard"
 
 # sig/**/*.rbs against the loaded gem. The signatures are read with a small
 # line-based reader (declarations one per line, as sig/ writes them), so the
@@ -114,7 +115,7 @@ RSpec.describe "sig/ (RBS signatures)", :integration do
 
     classes = %w[CircuitBreaker CircuitBreaker::SlidingWindow CircuitBreaker::TimeWindow CircuitBreaker::ManualClock
                  CircuitBreaker::Error CircuitBreaker::OpenError CircuitBreaker::StateChange
-                 CircuitBreaker::Prometheus]
+                 CircuitBreaker::Prometheus CircuitBreaker::Dashboard]
     classes << "CircuitBreaker::Faraday" if faraday_present
 
     classes.each do |path|

@@ -1,0 +1,296 @@
+# frozen_string_literal: true
+
+require "cgi"
+require "json"
+require "securerandom"
+require "rack/request"
+require "rack/utils"
+require "circuit_breaker"
+require "circuit_breaker/prometheus"
+
+class CircuitBreaker
+  # A mountable Rack app (Rails `mount`, Sinatra, `config.ru`) that serves
+  # the breakers' status and their controls (docs/operating.md):
+  #
+  # | request | answer |
+  # |---|---|
+  # | `GET /` | an HTML page: state, rates, counters, retry-after and a chart of recent states per breaker |
+  # | `GET /status.json` | the same as JSON |
+  # | `GET /metrics` | {Prometheus.render} |
+  # | `POST /breakers/:name/:action` | `trip`, `reset`, `force_open` or `disable` (the breaker's `trip!`…) |
+  #
+  # Actions are refused (403) unless the app gave an `authorize:` hook and
+  # it returned truthy for the request, and unless the request carries the
+  # page's CSRF token (a double-submit cookie: the form's hidden field or an
+  # `X-CSRF-Token` header must equal the `SameSite=Strict` cookie set with
+  # the page, and a cross-site `Origin` or `Sec-Fetch-Site` is refused).
+  # They are POST only (405 otherwise). An action on a `shared:` breaker
+  # reaches every process of the host, since they share one record; with
+  # `fleet:` the breaker's own `trip!`… reach the fleet.
+  #
+  # Reading (the page, JSON, metrics) is open to whoever reaches the mount
+  # point: mount it behind the app's authentication, as for Sidekiq::Web.
+  #
+  # @example Rails (config/routes.rb)
+  #   mount CircuitBreaker::Dashboard.new(authorize: ->(req) { req.env["warden"]&.user&.admin? }),
+  #         at: "/circuit_breakers"
+  # @example config.ru
+  #   map("/circuit_breakers") { run CircuitBreaker::Dashboard.new(authorize: ->(req) { req.ip == "127.0.0.1" }) }
+  class Dashboard
+    # The actions, by path segment: each calls the breaker's method of that name.
+    ACTIONS = { "trip" => :trip!, "reset" => :reset!, "force_open" => :force_open!, "disable" => :disable! }.freeze
+    STATES = %i[closed half_open open forced_open disabled].freeze
+    COLORS = { closed: "#2e7d32", half_open: "#f9a825", open: "#c62828", forced_open: "#6a1b9a",
+               disabled: "#757575" }.freeze
+    COOKIE = "circuit_breaker_csrf"
+    SECURITY_HEADERS = {
+      "cache-control" => "no-store",
+      "x-content-type-options" => "nosniff",
+      "x-frame-options" => "DENY",
+      "referrer-policy" => "same-origin",
+      "content-security-policy" =>
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'"
+    }.freeze
+    private_constant :STATES, :COLORS, :COOKIE, :SECURITY_HEADERS
+
+    # @param authorize [#call, nil] called with the Rack::Request (and, when
+    #   it takes more than one argument, the action Symbol and the breaker
+    #   name) for every action: truthy allows it. Without it every action
+    #   is refused.
+    # @param breakers [#call, Hash] the breakers shown, name => breaker, or
+    #   a callable returning them (default: {CircuitBreaker.registry} at
+    #   each request)
+    # @param history_seconds [Numeric] how far back the chart of recent
+    #   states reaches
+    # @param refresh [Integer, nil] seconds between reloads of the page (nil: none)
+    # @raise [TypeError] a hook or source that cannot be called, or bad numbers
+    def initialize(authorize: nil, breakers: -> { CircuitBreaker.registry }, history_seconds: 600, refresh: 5)
+      raise TypeError, "authorize: must respond to call (got #{authorize.inspect})" unless authorize.nil? || authorize.respond_to?(:call)
+      unless breakers.is_a?(Hash) || breakers.respond_to?(:call)
+        raise TypeError, "breakers: must be a Hash of name => CircuitBreaker or respond to call (got #{breakers.class})"
+      end
+      unless history_seconds.is_a?(Numeric) && history_seconds.positive? && history_seconds.finite?
+        raise ArgumentError, "history_seconds: must be a finite Numeric > 0 (got #{history_seconds.inspect})"
+      end
+      unless refresh.nil? || (refresh.is_a?(Integer) && refresh.positive?)
+        raise ArgumentError, "refresh: must be nil or an Integer > 0 (got #{refresh.inspect})"
+      end
+
+      @authorize = authorize
+      @breakers = breakers
+      @history_seconds = history_seconds
+      @refresh = refresh
+      @history = {}
+      @lock = Mutex.new
+    end
+
+    # The Rack interface.
+    # @param env [Hash] the Rack environment
+    # @return [Array(Integer, Hash, Array<String>)]
+    def call(env)
+      request = Rack::Request.new(env)
+      case request.path_info.sub(%r{/+\z}, "")
+      when "" then page(request)
+      when "/status.json" then only_get(request) { json(200, status_document) }
+      when "/metrics" then only_get(request) { metrics }
+      # Up to the last slash: a server that decodes %2F still finds the name.
+      when %r{\A/breakers/(.+)/([^/]+)\z} then action(request, Rack::Utils.unescape_path($1), $2)
+      else text(404, "not found")
+      end
+    end
+
+    # The breakers shown: name (String) => breaker.
+    # @api private
+    def breakers
+      source = @breakers.is_a?(Hash) ? @breakers : @breakers.call
+      raise TypeError, "breakers: must give a Hash of name => CircuitBreaker (got #{source.class})" unless source.is_a?(Hash)
+
+      source.to_h { |name, breaker| [name.to_s, breaker] }
+    end
+
+    private
+
+    def only_get(request)
+      return yield if request.get? || request.head?
+
+      text(405, "#{request.request_method} not allowed here: GET", "allow" => "GET, HEAD")
+    end
+
+    def metrics
+      [200, SECURITY_HEADERS.merge("content-type" => Prometheus::CONTENT_TYPE), [Prometheus.render(breakers)]]
+    end
+
+    # The JSON document: every breaker's metrics and recent states.
+    def status_document
+      { breakers: snapshots.map { |name, m| { name: name, metrics: m, history: history_of(name) } } }
+    end
+
+    # name => metrics, read once per request; each read is also a history sample.
+    def snapshots
+      now = monotonic
+      breakers.map do |name, breaker|
+        m = breaker.metrics
+        sample(name, m[:state], now)
+        [name, m]
+      end
+    end
+
+    def sample(name, state, now)
+      @lock.synchronize do
+        list = (@history[name] ||= [])
+        list << [now, state] unless list.last&.last == state
+        # Keep the newest change older than the chart's start: it says what
+        # the state was at the left edge.
+        list.shift while list.size > 1 && list[1].first <= now - @history_seconds
+        list.shift while list.size > 500
+      end
+    end
+
+    # [{ state:, seconds_ago: }] of the state changes the app saw, oldest first.
+    def history_of(name)
+      now = monotonic
+      (@lock.synchronize { @history[name]&.dup } || []).map { |t, s| { state: s, seconds_ago: (now - t).round(3) } }
+    end
+
+    def action(request, name, action)
+      method = ACTIONS[action]
+      return text(404, "unknown action #{action.inspect}: #{ACTIONS.keys.join(', ')}") unless method
+      unless request.post?
+        return text(405, "#{request.request_method} not allowed: actions are POST only", "allow" => "POST")
+      end
+      return text(403, "actions are disabled: give CircuitBreaker::Dashboard.new an authorize: hook") unless @authorize
+      return text(403, "refused: invalid or missing CSRF token") unless csrf_ok?(request)
+
+      breaker = breakers[name]
+      return text(404, "no breaker named #{name.inspect}") unless breaker
+      return text(403, "refused by the authorize: hook") unless authorized?(request, method, name)
+
+      # With shared: the record every process maps; with fleet: the breaker
+      # carries the action to the fleet itself (SPEC.md §5.2).
+      breaker.public_send(method)
+      sample(name, breaker.metrics[:state], monotonic)
+      if request.get_header("HTTP_ACCEPT").to_s.include?("application/json")
+        json(200, { name: name, action: action, metrics: breaker.metrics })
+      else
+        [303, SECURITY_HEADERS.merge("location" => "#{request.script_name}/", "content-type" => "text/plain"), []]
+      end
+    end
+
+    def authorized?(request, method, name)
+      args = @authorize.respond_to?(:arity) && @authorize.arity == 1 ? [request] : [request, method.to_s.chomp("!").to_sym, name]
+      @authorize.call(*args) ? true : false
+    end
+
+    def csrf_ok?(request)
+      cookie = request.cookies[COOKIE].to_s
+      given = (request.get_header("HTTP_X_CSRF_TOKEN") || request.POST["csrf_token"]).to_s
+      return false if cookie.empty? || !Rack::Utils.secure_compare(cookie, given)
+      return false if request.get_header("HTTP_SEC_FETCH_SITE").to_s == "cross-site"
+
+      origin = request.get_header("HTTP_ORIGIN")
+      origin.nil? || origin == request.base_url
+    rescue EOFError, ArgumentError
+      false # an unreadable form body
+    end
+
+    def page(request)
+      return text(405, "#{request.request_method} not allowed here: GET", "allow" => "GET, HEAD") unless request.get? || request.head?
+
+      token = request.cookies[COOKIE].to_s
+      token = SecureRandom.hex(32) unless token.match?(/\A\h{64}\z/)
+      headers = SECURITY_HEADERS.merge("content-type" => "text/html; charset=utf-8")
+      Rack::Utils.set_cookie_header!(headers, COOKIE,
+                                     value: token, path: request.script_name.empty? ? "/" : request.script_name,
+                                     httponly: true, same_site: :strict, secure: request.ssl?)
+      [200, headers, [html(request, token)]]
+    end
+
+    def html(request, token)
+      base = request.script_name
+      rows = snapshots.map { |name, m| row(base, name, m, token) }.join
+      refresh = @refresh ? %(<meta http-equiv="refresh" content="#{@refresh}">) : ""
+      <<~HTML
+        <!DOCTYPE html>
+        <html lang="en"><head><meta charset="utf-8">#{refresh}
+        <title>Circuit breakers</title>
+        <style>
+          body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
+          table { border-collapse: collapse; }
+          th, td { padding: .35em .6em; border-bottom: 1px solid #ddd; text-align: right; vertical-align: middle; }
+          th:first-child, td:first-child { text-align: left; }
+          .state { color: #fff; border-radius: 3px; padding: .1em .5em; font-weight: 600; }
+          form { display: inline; } button { margin: 0 .1em; } td:last-child { white-space: nowrap; }
+          .legend span { margin-right: 1em; }
+        </style></head>
+        <body>
+        <h1>Circuit breakers</h1>
+        <p class="legend">#{STATES.map { |s| %(<span><span class="state" style="background:#{COLORS[s]}">#{s}</span></span>) }.join}
+        recent states: up to the last #{format_seconds(@history_seconds)}, as this process saw them</p>
+        <table>
+        <thead><tr><th>breaker</th><th>state</th><th>retry after</th><th>error rate</th><th>slow-call rate</th>
+        <th>opened by</th><th>calls</th><th>successes</th><th>failures</th><th>slow</th><th>rejected</th><th>opened</th>
+        <th>counters</th><th>recent states</th><th>actions</th></tr></thead>
+        <tbody>
+        #{rows.empty? ? '<tr><td colspan="15">no breakers registered</td></tr>' : rows}
+        </tbody></table>
+        </body></html>
+      HTML
+    end
+
+    def row(base, name, m, token)
+      h = ->(v) { CGI.escapeHTML(v.to_s) }
+      path = "#{base}/breakers/#{Rack::Utils.escape(name).gsub('+', '%20')}"
+      tripped = m[:tripped_error_rate] ? "#{percent(m[:tripped_error_rate])} errors, #{percent(m[:tripped_slow_call_rate])} slow" : "—"
+      buttons = ACTIONS.keys.map do |action|
+        %(<form method="post" action="#{h.(path)}/#{action}"><input type="hidden" name="csrf_token" value="#{token}">) +
+          %(<button type="submit" data-breaker="#{h.(name)}">#{action.tr('_', ' ')}</button></form>)
+      end.join
+      cells = [
+        %(<span class="state" style="background:#{COLORS.fetch(m[:state], '#000')}">#{h.(m[:state])}</span>),
+        { open: "#{format('%.1f', m[:retry_after] || 0)} s", forced_open: "until reset" }.fetch(m[:state], "—"),
+        "#{percent(m[:error_rate])} of #{m[:total]}", percent(m[:slow_call_rate]), tripped,
+        m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened], h.(m[:counters]),
+        chart(name), buttons
+      ]
+      %(<tr id="breaker-#{h.(name)}" data-state="#{h.(m[:state])}"><td>#{h.(name)}</td>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>\n)
+    end
+
+    # A strip of the states seen, newest right: since the first one seen
+    # (at least a minute), at most history_seconds back.
+    def chart(name)
+      width = 240.0
+      points = history_of(name)
+      span = [[points.first ? points.first[:seconds_ago] : 0.0, 60.0].max, @history_seconds.to_f].min
+      rects = points.each_with_index.map do |p, i|
+        from = [p[:seconds_ago], span].min
+        to = i + 1 < points.size ? points[i + 1][:seconds_ago] : 0.0
+        x = width * (span - from) / span
+        w = [width * (from - to) / span, 1.0].max
+        %(<rect x="#{x.round(1)}" y="0" width="#{w.round(1)}" height="14" fill="#{COLORS.fetch(p[:state], '#000')}">) +
+          %(<title>#{p[:state]} #{format_seconds(p[:seconds_ago])} ago</title></rect>)
+      end
+      %(<svg width="#{width.to_i}" height="14" role="img" aria-label="recent states of #{CGI.escapeHTML(name)}">) +
+        %(<rect width="#{width.to_i}" height="14" fill="#eee"/>#{rects.join}</svg>)
+    end
+
+    def percent(rate)
+      format("%.1f%%", rate * 100)
+    end
+
+    def format_seconds(s)
+      s >= 120 ? "#{(s / 60.0).round} min" : "#{s.round} s"
+    end
+
+    def json(status, document)
+      [status, SECURITY_HEADERS.merge("content-type" => "application/json"), [JSON.generate(document)]]
+    end
+
+    def text(status, message, extra = {})
+      [status, SECURITY_HEADERS.merge("content-type" => "text/plain; charset=utf-8").merge(extra), ["#{message}\n"]]
+    end
+
+    def monotonic
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+end

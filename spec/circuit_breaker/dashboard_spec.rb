@@ -1,0 +1,228 @@
+# frozen_string_literal: true
+
+require "json"
+require "rack/mock"
+require "rack/test"
+require "circuit_breaker/dashboard"
+
+# SPEC §8: the status page and its controls, through rack-test (the
+# browser check is spec/integration/dashboard_browser_spec.rb).
+RSpec.describe CircuitBreaker::Dashboard do
+  include Rack::Test::Methods
+
+  let(:clock) { CircuitBreaker::ManualClock.new }
+  let(:payments) { build_breaker(clock: clock, name: "payments", min_calls: 2, open_duration: 30) }
+  let(:odd) { build_breaker(clock: clock, name: "a/b <c>", min_calls: 2) }
+  let(:asked) { [] }
+  let(:allow) { true }
+  let(:hook) { ->(request, action, name) { asked << [request.class, action, name]; allow } }
+  let(:dashboard) { described_class.new(authorize: hook, breakers: { "payments" => payments, "a/b <c>" => odd }) }
+  let(:app) { dashboard }
+
+  # The token of the page's forms (and, in rack-test's cookie jar, its cookie).
+  def token
+    get "/"
+    last_response.body[/name="csrf_token" value="(\h+)"/, 1] or raise "no token in the page"
+  end
+
+  def post_action(path, token)
+    post path, { csrf_token: token }
+  end
+
+  describe "GET /" do
+    it "shows every breaker: state, rates, counters, retry-after, the opening rates and a chart" do
+      payments.call { :ok }
+      fail_calls(payments, 1)
+      clock.advance(10)
+      get "/"
+      expect(last_response.status).to eq(200)
+      expect(last_response.content_type).to eq("text/html; charset=utf-8")
+      row = last_response.body[%r{<tr id="breaker-payments".*?</tr>}m]
+      expect(row).to include('data-state="open"', "20.0 s", "50.0% errors, 0.0% slow", "<svg", "aria-label=\"recent states of payments\"")
+      expect(row.scan(%r{<td>(\d+)</td>}).flatten).to eq(%w[2 1 1 0 0 1]) # calls, successes, failures, slow, rejected, opened
+      expect(row.scan(/<form method="post" action="([^"]+)"/).flatten)
+        .to eq(%w[trip reset force_open disable].map { |a| "/breakers/payments/#{a}" })
+    end
+
+    it "escapes names in HTML and URLs, and links the forms under the mount point" do
+      get "/", {}, "SCRIPT_NAME" => "/ops/breakers"
+      body = last_response.body
+      expect(body).to include("<td>a/b &lt;c&gt;</td>", 'action="/ops/breakers/breakers/a%2Fb%20%3Cc%3E/trip"')
+      expect(body).not_to include("<c>")
+    end
+
+    it "sets the CSRF cookie (HttpOnly, SameSite=Strict, on the mount path) and keeps a valid one" do
+      get "/", {}, "SCRIPT_NAME" => "/ops"
+      cookie = last_response.headers["set-cookie"]
+      expect(cookie).to match(/\Acircuit_breaker_csrf=\h{64}; path=\/ops; HttpOnly; SameSite=Strict\z/i)
+      first = token
+      get "/"
+      expect(last_response.body).to include(%(value="#{first}"))
+      expect(last_response.headers["set-cookie"]).to include(first)
+    end
+
+    it "sends headers that keep the page out of frames and caches" do
+      get "/"
+      expect(last_response.headers).to include("x-frame-options" => "DENY", "cache-control" => "no-store")
+      expect(last_response.headers["content-security-policy"]).to include("frame-ancestors 'none'", "form-action 'self'")
+    end
+
+    it "charts the states seen, in order" do
+      get "/"
+      trip!(payments)
+      get "/"
+      payments.reset!
+      get "/"
+      chart = last_response.body[%r{<tr id="breaker-payments".*?</svg>}m]
+      expect(chart.scan(/<title>(\w+) /).flatten).to eq(%w[closed open closed])
+    end
+
+    it "says so when there are no breakers" do
+      app = described_class.new(breakers: {})
+      expect(Rack::MockRequest.new(app).get("/").body).to include("no breakers registered")
+    end
+
+    it "shows CircuitBreaker.registry by default" do
+      CircuitBreaker.for("registered-#{Process.pid}", clock: clock)
+      expect(Rack::MockRequest.new(described_class.new).get("/").body).to include("registered-#{Process.pid}")
+    ensure
+      CircuitBreaker.forget_all!
+    end
+  end
+
+  describe "GET /status.json and /metrics" do
+    it "gives every breaker's metrics and recent states as JSON" do
+      trip!(payments)
+      get "/status.json"
+      expect(last_response.content_type).to eq("application/json")
+      doc = JSON.parse(last_response.body)
+      entry = doc["breakers"].find { |b| b["name"] == "payments" }
+      expect(entry["metrics"]).to include("state" => "open", "opened" => 1, "failures_total" => 2,
+                                          "tripped_error_rate" => 1.0, "retry_after" => 30.0, "counters" => "process")
+      expect(entry["history"]).to eq([{ "state" => "open", "seconds_ago" => entry["history"][0]["seconds_ago"] }])
+    end
+
+    it "serves the Prometheus text" do
+      get "/metrics"
+      expect(last_response.content_type).to eq(CircuitBreaker::Prometheus::CONTENT_TYPE)
+      expect(last_response.body).to include('circuit_breaker_state{breaker="payments",state="closed"} 1')
+    end
+
+    it "answers 405 to other methods and 404 elsewhere" do
+      post "/status.json"
+      expect([last_response.status, last_response.headers["allow"]]).to eq([405, "GET, HEAD"])
+      delete "/"
+      expect(last_response.status).to eq(405)
+      get "/nope"
+      expect(last_response.status).to eq(404)
+    end
+  end
+
+  describe "actions" do
+    it "are accepted on POST with the hook's consent and the page's token; the hook sees the action and breaker" do
+      t = token
+      post_action "/breakers/payments/trip", t
+      expect(last_response.status).to eq(303)
+      expect(last_response.headers["location"]).to eq("/")
+      expect(payments.state).to eq(:open)
+      expect(asked).to eq([[Rack::Request, :trip, "payments"]])
+    end
+
+    it "perform trip, force open, disable and reset, each once" do
+      t = token
+      events = transitions_of(payments)
+      %w[trip force_open disable reset].each do |action|
+        post_action "/breakers/payments/#{action}", t
+        expect(last_response.status).to eq(303)
+      end
+      expect(moves(events).map { |_, to, reason| [to, reason] })
+        .to eq([[:open, :manual], [:forced_open, :manual], [:disabled, :manual], [:closed, :manual]])
+    end
+
+    it "answer JSON when asked, with the token in a header" do
+      t = token
+      post "/breakers/a%2Fb%20%3Cc%3E/force_open", {}, "HTTP_X_CSRF_TOKEN" => t, "HTTP_ACCEPT" => "application/json"
+      expect(last_response.status).to eq(200)
+      expect(JSON.parse(last_response.body)).to include("name" => "a/b <c>", "action" => "force_open")
+      expect(odd.state).to eq(:forced_open)
+    end
+
+    it "are refused without an authorize: hook, whatever the request" do
+      app = described_class.new(breakers: { "payments" => payments })
+      session = Rack::Test::Session.new(Rack::MockSession.new(app))
+      session.get "/"
+      t = session.last_response.body[/name="csrf_token" value="(\h+)"/, 1]
+      session.post "/breakers/payments/trip", { csrf_token: t }
+      expect(session.last_response.status).to eq(403)
+      expect(session.last_response.body).to include("give CircuitBreaker::Dashboard.new an authorize: hook")
+      expect(payments.state).to eq(:closed)
+    end
+
+    context "when the hook says no" do
+      let(:allow) { nil }
+
+      it "are refused" do
+        post_action "/breakers/payments/trip", token
+        expect([last_response.status, last_response.body]).to eq([403, "refused by the authorize: hook\n"])
+        expect(payments.state).to eq(:closed)
+      end
+    end
+
+    it "take a hook of one argument, the request" do
+      seen = []
+      app = described_class.new(authorize: ->(req) { seen << req.path_info }, breakers: { "payments" => payments })
+      session = Rack::Test::Session.new(Rack::MockSession.new(app))
+      session.get "/"
+      session.post "/breakers/payments/trip", { csrf_token: session.last_response.body[/value="(\h{64})"/, 1] }
+      expect([session.last_response.status, seen]).to eq([303, ["/breakers/payments/trip"]])
+    end
+
+    it "are refused on GET (and every method but POST), before the hook is asked" do
+      t = token
+      %i[get put delete patch].each do |verb|
+        send(verb, "/breakers/payments/trip", { csrf_token: t })
+        expect([last_response.status, last_response.headers["allow"]]).to eq([405, "POST"])
+      end
+      expect(asked).to be_empty
+      expect(payments.state).to eq(:closed)
+    end
+
+    it "are refused without the token, with a wrong one, or without the cookie" do
+      t = token
+      post "/breakers/payments/trip"
+      expect(last_response.status).to eq(403)
+      post_action "/breakers/payments/trip", t.reverse
+      expect(last_response.status).to eq(403)
+      clear_cookies
+      post_action "/breakers/payments/trip", t
+      expect(last_response.status).to eq(403)
+      expect(last_response.body).to eq("refused: invalid or missing CSRF token\n")
+      expect([asked, payments.state]).to eq([[], :closed])
+    end
+
+    it "are refused from another site, even with the token" do
+      t = token
+      post "/breakers/payments/trip", { csrf_token: t }, "HTTP_ORIGIN" => "https://evil.example"
+      expect(last_response.status).to eq(403)
+      post "/breakers/payments/trip", { csrf_token: t }, "HTTP_SEC_FETCH_SITE" => "cross-site"
+      expect(last_response.status).to eq(403)
+      post "/breakers/payments/trip", { csrf_token: t }, "HTTP_ORIGIN" => "http://example.org"
+      expect(last_response.status).to eq(303) # rack-test's own origin
+    end
+
+    it "answer 404 to an unknown breaker or action" do
+      t = token
+      post_action "/breakers/nope/trip", t
+      expect(last_response.status).to eq(404)
+      post_action "/breakers/payments/explode", t
+      expect(last_response.status).to eq(404)
+    end
+  end
+
+  it "refuses bad options, naming them" do
+    expect { described_class.new(authorize: :yes) }.to raise_error(TypeError, /authorize:/)
+    expect { described_class.new(breakers: [1]) }.to raise_error(TypeError, /breakers:/)
+    expect { described_class.new(history_seconds: 0) }.to raise_error(ArgumentError, /history_seconds:/)
+    expect { described_class.new(refresh: 0.5) }.to raise_error(ArgumentError, /refresh:/)
+  end
+end

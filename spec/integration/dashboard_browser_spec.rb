@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "rack"
+require "webrick"
+require "circuit_breaker/dashboard"
+
+# The status page in a real browser: examples/status_page.ru served by
+# WEBrick on 127.0.0.1, Debian's headless chromium driven through
+# chromedriver. Load the page, press an action, see the state change.
+# A screenshot is kept in tmp/ (its path is printed).
+RSpec.describe CircuitBreaker::Dashboard, "in a real browser", :integration do
+  root = File.expand_path("../..", __dir__)
+
+  before(:all) do
+    skip "chromium or chromedriver is missing (bin/test installs them)" unless WebDriver.available?
+  end
+
+  before { CircuitBreaker.forget_all! }
+
+  after do
+    @server&.shutdown
+    @server_thread&.join(30)
+    CircuitBreaker.forget_all!
+  end
+
+  def serve(app)
+    @server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL),
+                                      AccessLog: [])
+    @server.mount("/", Rack::Handler::WEBrick, app)
+    @server_thread = Thread.new { @server.start }
+    "http://127.0.0.1:#{@server.config[:Port]}"
+  end
+
+  it "shows the state, trips the breaker with a press of its button, and resets it" do
+    app, = Rack::Builder.parse_file(File.join(root, "examples/status_page.ru"))
+    url = serve(app)
+    payments = CircuitBreaker.for("payments")
+    row = "#breaker-payments"
+    shot = File.join(root, "tmp", "dashboard-browser.png")
+    FileUtils.mkdir_p(File.dirname(shot))
+
+    WebDriver.open do |browser|
+      browser.visit("#{url}/circuit_breakers/")
+      expect(browser.wait_for_attribute(row, "data-state") { |s| s == "closed" }).to eq("closed")
+
+      browser.click(%(#{row} form[action$="/trip"] button))
+      expect(browser.wait_for_attribute(row, "data-state") { |s| s == "open" }).to eq("open")
+      expect(payments.state).to eq(:open)
+      browser.screenshot(shot)
+
+      browser.click(%(#{row} form[action$="/reset"] button))
+      expect(browser.wait_for_attribute(row, "data-state") { |s| s == "closed" }).to eq("closed")
+      expect(payments.state).to eq(:closed)
+    end
+    expect(File.binread(shot, 8)).to eq("\x89PNG\r\n\x1A\n".b)
+    RSpec.configuration.reporter.message("status page screenshot (tripped): #{shot.delete_prefix("#{root}/")}")
+  end
+end
