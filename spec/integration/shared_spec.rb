@@ -988,4 +988,67 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       expect(described_class.new(**options, shared: key).state).to eq(:open)
     end
   end
+
+  describe "files of a rolling deploy" do
+    let(:options) { { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 2 } }
+
+    it "are removed once no live process maps them, and kept while one does" do
+      key = shared_name("deploy")
+      release = gate
+      old_worker = fork_worker("old worker") do |out|
+        breaker = described_class.new(**options, min_calls: 3, shared: key) # the old configuration
+        out.(breaker.shared_path)
+        release.wait
+        :done
+      end
+      gone = fork_worker("finished worker") { described_class.new(**options, min_calls: 4, shared: key).shared_path }
+      gone_path = gone.result
+      old_path = old_worker.receive
+      expect(File.exist?(gone_path)).to be(true) # nobody removed it yet
+
+      new_worker = described_class.new(**options, shared: key) # opening one cleans the directory
+
+      expect(File.exist?(gone_path)).to be(false)
+      expect(File.exist?(old_path)).to be(true)
+      expect(File.exist?(new_worker.shared_path)).to be(true)
+
+      release.open!
+      expect(old_worker.result).to eq(:done)
+      described_class.new(**options, shared: shared_name("other"))
+      expect(File.exist?(old_path)).to be(false)
+      expect(File.exist?(new_worker.shared_path)).to be(true)
+    end
+
+    it "stay in use by a forked child after the parent lets go of them" do
+      key = shared_name("inherited")
+      path = fork_worker do |out|
+        breaker = described_class.new(**options, shared: key)
+        grandchild = fork do
+          sleep 30 # holds the inherited mapping until killed
+          exit!(0)
+        end
+        out.(grandchild)
+        breaker.shared_path
+      end.then do |maker|
+        @grandchild = maker.receive
+        maker.result
+      end
+
+      described_class.new(**options, shared: shared_name("other"))
+      expect(File.exist?(path)).to be(true)
+
+      Process.kill(:KILL, @grandchild)
+      wait_for("the grandchild gone") do
+        !File.exist?("/proc/#{@grandchild}") || File.read("/proc/#{@grandchild}/stat").split[2] == "Z"
+      end
+      described_class.new(**options, shared: shared_name("other"))
+      expect(File.exist?(path)).to be(false)
+    ensure
+      begin
+        Process.kill(:KILL, @grandchild) if @grandchild
+      rescue Errno::ESRCH
+        nil
+      end
+    end
+  end
 end
