@@ -240,22 +240,38 @@ impl Shared {
 }
 
 impl Mapped {
-    /// Waits for the busy lock without the GVL, up to the bound.
+    /// Waits for the busy lock without the GVL, up to the bound. The lock
+    /// is taken back with the GVL held: the wait only watches for it to
+    /// come free (and recovers a dead owner), so this process never holds
+    /// the shared lock while it waits for its GVL (which other threads may
+    /// keep for a time slice).
     #[cold]
     fn wait(&self) -> Result<Guard<'_>, Blocked> {
         let wait = if self.stuck.load(Ordering::Relaxed) { STUCK_WAIT } else { self.wait.load(Ordering::Relaxed) };
-        let stop = AtomicBool::new(false);
-        match crate::cruby::without_gvl(|| self.record.lock_within(wait, &stop), &stop) {
-            Some(Ok(Some(guard))) => {
-                self.stuck.store(false, Ordering::Relaxed);
-                Ok(guard)
+        let deadline = ClockSource::Monotonic.now().saturating_add(wait);
+        loop {
+            let left = deadline.saturating_sub(ClockSource::Monotonic.now());
+            let stop = AtomicBool::new(false);
+            let freed = crate::cruby::without_gvl(|| self.record.lock_within(left, &stop).map(|g| g.is_some()), &stop);
+            match freed {
+                Some(Ok(true)) => {}
+                Some(Ok(false)) if !stop.load(Ordering::Acquire) => {
+                    self.stuck.store(true, Ordering::Relaxed);
+                    return Err(Blocked::Busy);
+                }
+                Some(Ok(false)) | None => return Err(Blocked::Interrupted),
+                Some(Err(e)) => return Err(Blocked::Failed(e)),
             }
-            Some(Ok(None)) if !stop.load(Ordering::Acquire) => {
-                self.stuck.store(true, Ordering::Relaxed);
-                Err(Blocked::Busy)
+            match self.record.try_lock() {
+                Ok(Some(guard)) => {
+                    self.stuck.store(false, Ordering::Relaxed);
+                    return Ok(guard);
+                }
+                // Taken again meanwhile by another process: wait on.
+                Ok(None) if left > 0 => {}
+                Ok(None) => return Err(Blocked::Busy),
+                Err(e) => return Err(Blocked::Failed(e)),
             }
-            Some(Ok(None)) | None => Err(Blocked::Interrupted),
-            Some(Err(e)) => Err(Blocked::Failed(e)),
         }
     }
 }
