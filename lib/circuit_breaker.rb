@@ -6,6 +6,9 @@ require_relative "circuit_breaker/errors"
 # The native library: lib/circuit_breaker/ in a checkout, the gem's
 # extension directory once installed.
 require "circuit_breaker/circuit_breaker"
+require_relative "circuit_breaker/options"
+require_relative "circuit_breaker/windows"
+require_relative "circuit_breaker/manual_clock"
 require_relative "circuit_breaker/permits"
 require_relative "circuit_breaker/events"
 require_relative "circuit_breaker/registry"
@@ -32,8 +35,8 @@ class CircuitBreaker
 
   def inspect
     m = metrics
-    format("#<CircuitBreaker %s state=%s total=%d error_rate=%.3f slow_call_rate=%.3f>",
-           (name || "(unnamed)").inspect, m[:state], m[:total], m[:error_rate], m[:slow_call_rate])
+    format("#<%s %s state=%s total=%d error_rate=%.3f slow_call_rate=%.3f>",
+           self.class.name || "CircuitBreaker", (name || "(unnamed)").inspect, m[:state], m[:total], m[:error_rate], m[:slow_call_rate])
   end
 end
 

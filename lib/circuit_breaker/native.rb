@@ -6,27 +6,10 @@
 # class. Nothing requires this file; loading it would define nothing.
 # spec/circuit_breaker/native_docs_spec.rb checks that every native method
 # has its entry here. The behaviour is described in docs/semantics.md, the
-# options in docs/configuration.md.
+# options in docs/configuration.md. The constructors are Ruby:
+# lib/circuit_breaker/options.rb, windows.rb and manual_clock.rb.
 
 class CircuitBreaker
-  ##
-  # :singleton-method: new
-  # :call-seq:
-  #   CircuitBreaker.new(window: nil, error_rate_threshold: 0.5, slow_rate_threshold: 0.8, min_calls: 20,
-  #                      open_duration: 30, half_open_calls: 2, ramp: [1.0], advance_rate: 1.0,
-  #                      reopen_rate: nil, record_errors: [StandardError], ignore_errors: [],
-  #                      failure_if: nil, half_open_timeout: nil, backoff: 1.0, max_open_duration: nil,
-  #                      jitter: 0.0, name: nil, clock: nil, logger: nil, shared: nil) -> breaker
-  #
-  # A breaker, closed, recording into +window+ (default
-  # <tt>SlidingWindow.new(size: 100)</tt>). Every option is a keyword and
-  # optional; docs/configuration.md lists each with its range. A value out of
-  # range raises ArgumentError, a value of the wrong type TypeError, both
-  # naming the option.
-  #
-  #   breaker = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 50),
-  #                                min_calls: 10, open_duration: 15, name: "payments")
-
   ##
   # :method: shared_path
   # :call-seq:
@@ -137,14 +120,6 @@ class CircuitBreaker
 
   class SlidingWindow
     ##
-    # :singleton-method: new
-    # :call-seq:
-    #   SlidingWindow.new(size: 100, slow_threshold_ms: 800) -> window
-    #
-    # A window of the last +size+ recorded calls (1..1_000_000). A call is
-    # slow when it took +slow_threshold_ms+ (finite, > 0) or longer.
-
-    ##
     # :method: size
     # :call-seq:
     #   size -> Integer
@@ -217,15 +192,6 @@ class CircuitBreaker
   end
 
   class TimeWindow
-    ##
-    # :singleton-method: new
-    # :call-seq:
-    #   TimeWindow.new(seconds: 10, buckets: 10, slow_threshold_ms: 800, clock: nil) -> window
-    #
-    # A window of the calls that finished in the last +seconds+, kept in
-    # +buckets+ (1..3600) that expire whole. Without +clock+ it uses the
-    # monotonic clock, or the breaker's clock once handed to a breaker.
-
     ##
     # :method: seconds
     # :call-seq:
@@ -305,14 +271,6 @@ class CircuitBreaker
   end
 
   class ManualClock
-    ##
-    # :singleton-method: new
-    # :call-seq:
-    #   ManualClock.new(start = 0.0) -> clock
-    #
-    # A clock for tests that moves only when told. Pass it as +clock:+ to a
-    # breaker or a TimeWindow.
-
     ##
     # :method: now
     # :call-seq:

@@ -8,10 +8,10 @@
 //! run inside `rb_ensure`'s ensure function while the jump resumes.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
-use circuit_breaker_core::config::probe_quota;
+use circuit_breaker_core::config::{probe_quota, probe_ratio};
 use circuit_breaker_core::{
     Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, Reason, Rejection, State,
     Transitions,
@@ -20,7 +20,6 @@ use magnus::{
     error::{ErrorType, Tag},
     function, method,
     prelude::*,
-    scan_args::scan_args,
     typed_data::Obj,
     value::{Lazy, LazyId, Opaque, OpaqueId, ReprValue},
     DataTypeFunctions, Error, Exception, ExceptionClass, IntoValue, RArray, RClass, RHash, RString, Ruby, Symbol,
@@ -32,12 +31,17 @@ use magnus::symbol::IntoSymbol;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::errors::{arg_error, config_error, type_error, FAILURE, OPEN_ERROR};
-use crate::window::{default_shared, shared_of, Blocked, Shared};
+use crate::errors::{arg_error, config_error, not_initialized, refuse_copy, type_error, FAILURE, OPEN_ERROR};
+use crate::window::{shared_of, Blocked, Shared};
 
-#[derive(TypedData)]
+/// A `CircuitBreaker` object: allocated empty, set up once by
+/// `initialize` (lib/circuit_breaker/options.rb) through `__setup`.
+#[derive(TypedData, Default)]
 #[magnus(class = "CircuitBreaker", free_immediately, size, mark)]
-pub struct Breaker {
+pub struct Breaker(OnceLock<Inner>);
+
+/// What `__setup` built.
+struct Inner {
     shared: Arc<Shared>,
     cfg: Config,
     clock: ClockSource,
@@ -56,17 +60,18 @@ pub struct Breaker {
 
 impl DataTypeFunctions for Breaker {
     fn mark(&self, marker: &magnus::gc::Marker) {
+        let Some(this) = self.0.get() else { return };
         // Pinned (not movable): these are read through raw handles.
-        marker.mark(self.window);
-        if let Some(n) = self.name {
+        marker.mark(this.window);
+        if let Some(n) = this.name {
             marker.mark(n);
         }
-        self.record_errors.mark(marker);
-        self.ignore_errors.mark(marker);
-        if let Some(f) = self.failure_if {
+        this.record_errors.mark(marker);
+        this.ignore_errors.mark(marker);
+        if let Some(f) = this.failure_if {
             marker.mark(f);
         }
-        let last_error = self.last_error.load(Ordering::Relaxed);
+        let last_error = this.last_error.load(Ordering::Relaxed);
         if last_error != 0 {
             // SAFETY: a handle stored from a live class in `call`, kept
             // alive (and pinned) by this very mark.
@@ -202,96 +207,6 @@ fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u64) -> Resu
     Ok(h)
 }
 
-/// Keyword arguments of `CircuitBreaker.new`, as given.
-#[derive(Default)]
-struct Given {
-    window: Option<Value>,
-    error_rate_threshold: Option<Value>,
-    slow_rate_threshold: Option<Value>,
-    min_calls: Option<Value>,
-    open_duration: Option<Value>,
-    half_open_calls: Option<Value>,
-    ramp: Option<Value>,
-    advance_rate: Option<Value>,
-    reopen_rate: Option<Value>,
-    record_errors: Option<Value>,
-    ignore_errors: Option<Value>,
-    failure_if: Option<Value>,
-    half_open_timeout: Option<Value>,
-    backoff: Option<Value>,
-    max_open_duration: Option<Value>,
-    jitter: Option<Value>,
-    name: Option<Value>,
-    clock: Option<Value>,
-    logger: Option<Value>,
-    shared: Option<Value>,
-    threshold: Option<Value>,
-    retry_time: Option<Value>,
-    probe_ratio: Option<Value>,
-    half_open_window: Option<Value>,
-}
-
-impl Given {
-    fn parse(ruby: &Ruby, kw: RHash) -> Result<Self, Error> {
-        let mut g = Given::default();
-        kw.foreach(|key: Value, value: Value| {
-            let slot = Symbol::from_value(key).and_then(|s| s.name().ok()).and_then(|n| g.slot(&n));
-            match slot {
-                Some(slot) => *slot = Some(value),
-                None => return Err(arg_error(ruby, format!("unknown keyword: {}", key.inspect()))),
-            }
-            Ok(magnus::r_hash::ForEach::Continue)
-        })?;
-        Ok(g)
-    }
-
-    fn slot(&mut self, name: &str) -> Option<&mut Option<Value>> {
-        Some(match name {
-            "window" => &mut self.window,
-            "error_rate_threshold" => &mut self.error_rate_threshold,
-            "slow_rate_threshold" => &mut self.slow_rate_threshold,
-            "min_calls" => &mut self.min_calls,
-            "open_duration" => &mut self.open_duration,
-            "half_open_calls" => &mut self.half_open_calls,
-            "ramp" => &mut self.ramp,
-            "advance_rate" => &mut self.advance_rate,
-            "reopen_rate" => &mut self.reopen_rate,
-            "record_errors" => &mut self.record_errors,
-            "ignore_errors" => &mut self.ignore_errors,
-            "failure_if" => &mut self.failure_if,
-            "half_open_timeout" => &mut self.half_open_timeout,
-            "backoff" => &mut self.backoff,
-            "max_open_duration" => &mut self.max_open_duration,
-            "jitter" => &mut self.jitter,
-            "name" => &mut self.name,
-            "clock" => &mut self.clock,
-            "logger" => &mut self.logger,
-            "shared" => &mut self.shared,
-            "threshold" => &mut self.threshold,
-            "retry_time" => &mut self.retry_time,
-            "probe_ratio" => &mut self.probe_ratio,
-            "half_open_window" => &mut self.half_open_window,
-            _ => return None,
-        })
-    }
-}
-
-/// An option and its alias: the alias counts only when not nil, and not
-/// together with the option itself.
-fn aliased(
-    ruby: &Ruby,
-    own: Option<Value>,
-    own_name: &str,
-    alias: Option<Value>,
-    alias_name: &str,
-) -> Result<Option<Value>, Error> {
-    match (own, alias.filter(|v| !v.is_nil())) {
-        (Some(_), Some(_)) => Err(arg_error(ruby, format!("give {own_name}: or its alias {alias_name}:, not both"))),
-        (own, None) => Ok(own),
-        (None, alias) => Ok(alias),
-    }
-}
-
 /// `record_errors:` / `ignore_errors:` sorted for matching: classes and
 /// modules as raw handles (pinned by the breaker's mark function, so they
 /// never move), callables apart.
@@ -303,13 +218,9 @@ struct Matchers {
 
 impl Matchers {
     /// An Array of Exception classes (or modules) and callables.
-    fn parse(ruby: &Ruby, name: &str, v: Option<Value>, default: Option<Value>) -> Result<Self, Error> {
+    fn parse(ruby: &Ruby, name: &str, v: Value) -> Result<Self, Error> {
         const WHAT: &str = "an Array of Exception classes or Procs";
         let mut m = Matchers::default();
-        let Some(v) = v else {
-            m.modules.extend(default.map(|d| d.as_raw()));
-            return Ok(m);
-        };
         let Some(ary) = RArray::from_value(v) else {
             return Err(type_error(ruby, name, WHAT, v));
         };
@@ -356,12 +267,25 @@ impl Matchers {
     }
 }
 
-fn callable(ruby: &Ruby, name: &str, v: Option<Value>) -> Result<Option<Opaque<Value>>, Error> {
-    match v {
-        None => Ok(None),
-        Some(v) if v.is_nil() => Ok(None),
-        Some(v) if v.respond_to(*ID_CALL, false)? => Ok(Some(Opaque::from(v))),
-        Some(v) => Err(type_error(ruby, name, "nil or a Proc", v)),
+fn callable(ruby: &Ruby, name: &str, v: Value) -> Result<Option<Opaque<Value>>, Error> {
+    if v.is_nil() {
+        Ok(None)
+    } else if v.respond_to(*ID_CALL, false)? {
+        Ok(Some(Opaque::from(v)))
+    } else {
+        Err(type_error(ruby, name, "nil or a Proc", v))
+    }
+}
+
+/// nil, or a String or Symbol as a String.
+fn opt_string(ruby: &Ruby, name: &str, v: Value) -> Result<Option<RString>, Error> {
+    if v.is_nil() {
+        return Ok(None);
+    }
+    match (RString::from_value(v), Symbol::from_value(v)) {
+        (Some(s), _) => Ok(Some(s)),
+        (None, Some(sym)) => Ok(Some(ruby.str_new(&sym.name()?))),
+        _ => Err(type_error(ruby, name, "nil, a String or a Symbol", v)),
     }
 }
 
@@ -373,171 +297,7 @@ fn kind_of(ex: Exception, module: rb_sys::VALUE) -> bool {
     unsafe { rb_sys::rb_obj_is_kind_of(ex.as_raw(), module) != rb_sys::Qfalse as rb_sys::VALUE }
 }
 
-impl Breaker {
-    fn new(ruby: &Ruby, args: &[Value]) -> Result<Obj<Self>, Error> {
-        let kw = scan_args::<(), (), (), (), RHash, ()>(args)?.keywords;
-        let g = Given::parse(ruby, kw)?;
-        let logger = g.logger.filter(|v| !v.is_nil());
-        if let Some(l) = logger {
-            if !(l.respond_to("warn", false)? && l.respond_to("info", false)?) {
-                return Err(type_error(ruby, "logger", "nil or an object with warn and info (a Logger)", l));
-            }
-        }
-        let mut o = Options::default();
-        let float = |name, v: Option<Value>, into: &mut f64| -> Result<(), Error> {
-            if let Some(v) = v {
-                *into = args::float(ruby, name, v)?;
-            }
-            Ok(())
-        };
-        let opt_float = |name, v: Option<Value>, into: &mut Option<f64>| -> Result<(), Error> {
-            if let Some(v) = v {
-                *into = args::opt_float(ruby, name, v)?;
-            }
-            Ok(())
-        };
-        let error_rate = aliased(ruby, g.error_rate_threshold, "error_rate_threshold", g.threshold, "threshold")?;
-        float("error_rate_threshold", error_rate, &mut o.error_rate_threshold)?;
-        float("slow_rate_threshold", g.slow_rate_threshold, &mut o.slow_rate_threshold)?;
-        if let Some(v) = g.min_calls {
-            o.min_calls = args::integer(ruby, "min_calls", v)?;
-        }
-        let open = aliased(ruby, g.open_duration, "open_duration", g.retry_time, "retry_time")?;
-        float("open_duration", open, &mut o.open_duration)?;
-        if let Some(v) = g.half_open_calls {
-            o.half_open_calls = args::integer(ruby, "half_open_calls", v)?;
-        }
-        if let Some(v) = g.ramp {
-            o.ramp = args::floats(ruby, "ramp", v)?;
-        }
-        let ratio = g.probe_ratio.filter(|v| !v.is_nil());
-        let window = g.half_open_window.filter(|v| !v.is_nil());
-        match (ratio, window) {
-            (None, Some(_)) => return Err(arg_error(ruby, "half_open_window: needs probe_ratio:".to_owned())),
-            (Some(r), w) => {
-                if g.ramp.is_some() {
-                    return Err(arg_error(ruby, "give ramp: or its alias probe_ratio:, not both".to_owned()));
-                }
-                let r = args::float(ruby, "probe_ratio", r)?;
-                o.ramp = vec![circuit_breaker_core::config::probe_ratio(r).map_err(|e| config_error(ruby, e))?];
-                if let Some(w) = w {
-                    if g.half_open_calls.is_some() {
-                        return Err(arg_error(
-                            ruby,
-                            "give half_open_calls: or its alias half_open_window:, not both".to_owned(),
-                        ));
-                    }
-                    let w = args::integer(ruby, "half_open_window", w)?;
-                    o.half_open_calls = probe_quota(w, r).map_err(|e| config_error(ruby, e))?;
-                }
-            }
-            (None, None) => {}
-        }
-        float("advance_rate", g.advance_rate, &mut o.advance_rate)?;
-        opt_float("reopen_rate", g.reopen_rate, &mut o.reopen_rate)?;
-        opt_float("half_open_timeout", g.half_open_timeout, &mut o.half_open_timeout)?;
-        if g.half_open_timeout.is_none() && g.shared.is_some_and(|v| !v.is_nil()) {
-            // A worker killed during a probe cannot give its slot back: in a
-            // shared breaker a stage times out after open_duration unless
-            // told otherwise (an explicit nil keeps stages unbounded).
-            o.half_open_timeout = Some(o.open_duration);
-        }
-        float("backoff", g.backoff, &mut o.backoff)?;
-        opt_float("max_open_duration", g.max_open_duration, &mut o.max_open_duration)?;
-        float("jitter", g.jitter, &mut o.jitter)?;
-        let cfg = Config::new(&o).map_err(|mut e| {
-            // Name the option as the caller spelled it.
-            match e.name {
-                "error_rate_threshold" if g.threshold.is_some_and(|v| !v.is_nil()) => e.name = "threshold",
-                "open_duration" if g.retry_time.is_some_and(|v| !v.is_nil()) => e.name = "retry_time",
-                _ => {}
-            }
-            config_error(ruby, e)
-        })?;
-
-        let standard_error = ruby.exception_standard_error().as_value();
-        let record_errors = Matchers::parse(ruby, "record_errors", g.record_errors, Some(standard_error))?;
-        let ignore_errors = Matchers::parse(ruby, "ignore_errors", g.ignore_errors, None)?;
-        let failure_if = callable(ruby, "failure_if", g.failure_if)?;
-        let name = match g.name {
-            None => None,
-            Some(v) if v.is_nil() => None,
-            Some(v) => match (RString::from_value(v), Symbol::from_value(v)) {
-                (Some(s), _) => Some(Opaque::from(RString::new_frozen(s))),
-                (None, Some(sym)) => Some(Opaque::from(RString::new_frozen(ruby.str_new(&sym.name()?)))),
-                _ => return Err(type_error(ruby, "name", "nil, a String or a Symbol", v)),
-            },
-        };
-        let clock = g.clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
-
-        let shared_key = match g.shared {
-            None => None,
-            Some(v) if v.is_nil() => None,
-            Some(v) => {
-                let key = match (RString::from_value(v), Symbol::from_value(v)) {
-                    (Some(s), _) => s,
-                    (None, Some(sym)) => ruby.str_new(&sym.name()?),
-                    _ => return Err(type_error(ruby, "shared", "nil, a String or a Symbol", v)),
-                };
-                if key.is_empty() {
-                    return Err(arg_error(ruby, "shared must be a non-empty String or Symbol (got \"\")".to_owned()));
-                }
-                Some(key)
-            }
-        };
-        let name = match (name, shared_key) {
-            (None, Some(key)) => Some(Opaque::from(RString::new_frozen(key))),
-            (name, _) => name,
-        };
-
-        let window_value = g.window.filter(|v| !v.is_nil());
-        let template = match window_value {
-            Some(v) => shared_of(ruby, v)?.ok_or_else(|| arg_error(ruby, "window: is nil".to_owned()))?,
-            None => default_shared(ruby)?,
-        };
-        let clock = clock.unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
-        let (shared, window) = match shared_key {
-            // The given window is only a template: the live one is in the file.
-            Some(key) => {
-                // SAFETY: the bytes are copied before any Ruby code runs.
-                let name = unsafe { key.as_slice() }.to_vec();
-                let mapped = template.mapped(ruby, b"", &name, cfg.fingerprint())?;
-                let _ = mapped.clock.set(clock.clone());
-                mapped.attach();
-                let window = crate::window::wrap(ruby, mapped.clone());
-                (mapped, window)
-            }
-            None => {
-                // A TimeWindow without a clock of its own follows its breaker's.
-                let _ = template.clock.set(clock.clone());
-                if !template.attach() {
-                    return Err(arg_error(
-                        ruby,
-                        "window: is already used by another breaker; give each breaker its own window".to_owned(),
-                    ));
-                }
-                let window = window_value.unwrap_or_else(|| crate::window::wrap(ruby, template.clone()));
-                (template, window)
-            }
-        };
-        let obj = ruby.obj_wrap(Self {
-            shared,
-            cfg,
-            clock,
-            name,
-            window: Opaque::from(window),
-            record_errors,
-            ignore_errors,
-            failure_if,
-            notify_rejects: AtomicBool::new(false),
-            last_error: AtomicUsize::new(0),
-        });
-        if let Some(logger) = logger {
-            obj.ivar_set("@logger", logger)?;
-        }
-        Ok(obj)
-    }
-
+impl Inner {
     /// One core step under the lock, with the time read by the caller.
     /// A shared lock that stays busy past its bound skips the step.
     #[inline]
@@ -586,14 +346,142 @@ impl Breaker {
         }
     }
 
+    /// Whether a rejection has listeners (`on_reject`, ActiveSupport).
+    fn rejections_watched(&self, ruby: &Ruby) -> bool {
+        self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby)
+    }
+
+    /// Whether a raised exception is recorded as a failure (true) or passes
+    /// through unrecorded (false).
+    fn classify(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
+        // Checked first: a caller that raises it has decided (docs/semantics.md).
+        if ex.is_kind_of(ruby.get_inner(&FAILURE)) {
+            return Ok(true);
+        }
+        if !self.ignore_errors.is_empty() && self.ignore_errors.hit(ruby, ex)? {
+            return Ok(false);
+        }
+        if timeout_classes(ruby).iter().any(|&t| kind_of(ex, t)) {
+            return Ok(true);
+        }
+        self.record_errors.hit(ruby, ex)
+    }
+}
+
+impl Breaker {
+    /// The breaker's state, or a clear error for an object whose
+    /// `initialize` never ran (`CircuitBreaker.allocate`, a subclass's
+    /// `initialize` that does not call `super`).
+    #[inline]
+    fn get(&self, ruby: &Ruby) -> Result<&Inner, Error> {
+        self.0.get().ok_or_else(|| not_initialized(ruby, "CircuitBreaker"))
+    }
+
+    /// `initialize`'s native half (lib/circuit_breaker/options.rb):
+    /// converts each option `initialize` passes, aliases resolved and
+    /// defaults filled in, and builds the breaker once. Ranges are the core's
+    /// to check (`Config::new`). A new option is one line here, after its
+    /// keyword in `initialize`.
+    fn setup(ruby: &Ruby, rb_self: &Self, given: RHash) -> Result<(), Error> {
+        if rb_self.0.get().is_some() {
+            return Err(Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"));
+        }
+        let g = |key: &str| -> Result<Value, Error> { given.fetch(ruby.to_symbol(key)) };
+        let float = |key: &'static str| args::float(ruby, key, g(key)?);
+        let opt_float = |key: &'static str| args::opt_float(ruby, key, g(key)?);
+        let integer = |key: &'static str| args::integer(ruby, key, g(key)?);
+        let options = Options {
+            error_rate_threshold: float("error_rate_threshold")?,
+            slow_rate_threshold: float("slow_rate_threshold")?,
+            min_calls: integer("min_calls")?,
+            open_duration: float("open_duration")?,
+            half_open_calls: integer("half_open_calls")?,
+            ramp: args::floats(ruby, "ramp", g("ramp")?)?,
+            advance_rate: float("advance_rate")?,
+            reopen_rate: opt_float("reopen_rate")?,
+            half_open_timeout: opt_float("half_open_timeout")?,
+            backoff: float("backoff")?,
+            max_open_duration: opt_float("max_open_duration")?,
+            jitter: float("jitter")?,
+        };
+        let cfg = Config::new(&options).map_err(|e| config_error(ruby, e))?;
+        let record_errors = Matchers::parse(ruby, "record_errors", g("record_errors")?)?;
+        let ignore_errors = Matchers::parse(ruby, "ignore_errors", g("ignore_errors")?)?;
+        let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
+        let name = opt_string(ruby, "name", g("name")?)?;
+        let clock = ClockSource::from_arg(ruby, g("clock")?)?;
+        let shared_key = opt_string(ruby, "shared", g("shared")?)?;
+        if shared_key.is_some_and(|k| k.is_empty()) {
+            return Err(arg_error(ruby, "shared must be a non-empty String or Symbol (got \"\")".to_owned()));
+        }
+        let name = name.or(shared_key).map(|s| Opaque::from(RString::new_frozen(s)));
+
+        let window = g("window")?;
+        let template = shared_of(ruby, window)?;
+        let clock = clock.unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
+        let (shared, window) = match shared_key {
+            // The given window is only a template: the live one is in the file.
+            Some(key) => {
+                // SAFETY: the bytes are copied before any Ruby code runs.
+                let name = unsafe { key.as_slice() }.to_vec();
+                let mapped = template.mapped(ruby, b"", &name, cfg.fingerprint())?;
+                let _ = mapped.clock.set(clock.clone());
+                mapped.attach();
+                let window = crate::window::wrap(ruby, mapped.clone());
+                (mapped, window)
+            }
+            None => {
+                // A TimeWindow without a clock of its own follows its breaker's.
+                let _ = template.clock.set(clock.clone());
+                if !template.attach() {
+                    return Err(arg_error(
+                        ruby,
+                        "window: is already used by another breaker; give each breaker its own window".to_owned(),
+                    ));
+                }
+                (template, window)
+            }
+        };
+        let inner = Inner {
+            shared,
+            cfg,
+            clock,
+            name,
+            window: Opaque::from(window),
+            record_errors,
+            ignore_errors,
+            failure_if,
+            notify_rejects: AtomicBool::new(false),
+            last_error: AtomicUsize::new(0),
+        };
+        rb_self.0.set(inner).map_err(|_| Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"))
+    }
+
+    /// The seeds' `probe_ratio:` r, with `half_open_window:` w, as the
+    /// share of `ramp: [r]` and `half_open_calls: max(1, floor(w * r))`,
+    /// each checked by the core under the name the caller wrote (SPEC §3.4;
+    /// lib/circuit_breaker/options.rb decides when they apply).
+    fn seed_probes(ruby: &Ruby, ratio: Value, window: Value) -> Result<(f64, Option<i64>), Error> {
+        let r = probe_ratio(args::float(ruby, "probe_ratio", ratio)?).map_err(|e| config_error(ruby, e))?;
+        if window.is_nil() {
+            return Ok((r, None));
+        }
+        let w = args::integer(ruby, "half_open_window", window)?;
+        Ok((r, Some(probe_quota(w, r).map_err(|e| config_error(ruby, e))?)))
+    }
+
     /// Runs the Ruby listeners of `tr` (no lock held, no jump pending).
     /// `__transition` reports a listener's StandardError itself; what gets
     /// through (Interrupt, Thread#kill, a throw) must go on to the caller.
     fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) -> Result<(), Error> {
+        if tr.is_empty() {
+            return Ok(());
+        }
+        let this = rb_self.get(ruby)?;
         for t in tr.iter() {
-            let metrics = metrics_hash(ruby, &t.metrics, rb_self.shared.is_mapped(), rb_self.shared.dropped())?;
+            let metrics = metrics_hash(ruby, &t.metrics, this.shared.is_mapped(), this.shared.dropped())?;
             let before = &t.window_before;
-            let last_error = match rb_self.last_error.load(Ordering::Relaxed) {
+            let last_error = match this.last_error.load(Ordering::Relaxed) {
                 0 => ruby.qnil().as_value(),
                 // SAFETY: a class kept alive by the breaker's mark.
                 raw => unsafe { Value::from_raw(raw as rb_sys::VALUE) },
@@ -619,7 +507,7 @@ impl Breaker {
         // uninitialised exception object; its ivars are set just below.
         let ex = unsafe { Value::from_raw(rb_sys::rb_obj_alloc(class.as_raw())) };
         let ex = Exception::from_value(ex).ok_or_else(|| arg_error(ruby, "OpenError is not an Exception".to_owned()))?;
-        let name = rb_self.name.map_or_else(|| ruby.qnil().as_value(), |n| ruby.get_inner(n).as_value());
+        let name = rb_self.get(ruby)?.name.map_or_else(|| ruby.qnil().as_value(), |n| ruby.get_inner(n).as_value());
         let ivars = [
             (&ID_BREAKER_NAME, name),
             (&ID_STATE, state_sym(ruby, r.state).as_value()),
@@ -638,23 +526,18 @@ impl Breaker {
     /// The error for a rejected call, after its listeners ran.
     fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
         let ex = Self::open_error(ruby, rb_self, r)?;
-        if rb_self.rejections_watched(ruby) {
+        if rb_self.get(ruby)?.rejections_watched(ruby) {
             // As in `notify`: only what the listeners' guard let through.
             rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,))?;
         }
         Ok(ex)
     }
 
-    /// Whether a rejection has listeners (`on_reject`, ActiveSupport).
-    fn rejections_watched(&self, ruby: &Ruby) -> bool {
-        self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby)
-    }
-
     fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
         if !ruby.block_given() {
             return Err(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
         }
-        let this = &*rb_self;
+        let this = rb_self.get(ruby)?;
         let start = this.clock.now();
         // Closed (the common case): no lock, nothing to change.
         let permit = match this.shared.admitting() {
@@ -726,32 +609,17 @@ impl Breaker {
         }
     }
 
-    /// Whether a raised exception is recorded as a failure (true) or passes
-    /// through unrecorded (false).
-    fn classify(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
-        // Checked first: a caller that raises it has decided (docs/semantics.md).
-        if ex.is_kind_of(ruby.get_inner(&FAILURE)) {
-            return Ok(true);
-        }
-        if !self.ignore_errors.is_empty() && self.ignore_errors.hit(ruby, ex)? {
-            return Ok(false);
-        }
-        if timeout_classes(ruby).iter().any(|&t| kind_of(ex, t)) {
-            return Ok(true);
-        }
-        self.record_errors.hit(ruby, ex)
-    }
-
     /// `allow?`'s native half: a permit (Integer) or nil when rejected.
     fn acquire(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Option<u64>, Error> {
-        let now = rb_self.clock.now();
-        let (decision, tr) = rb_self.admit(ruby, now)?;
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let (decision, tr) = this.admit(ruby, now)?;
         Self::notify_or_release(ruby, rb_self, &tr, decision)?;
         match decision {
             Decision::Allowed(p) => Ok(Some(p.to_bits())),
             Decision::Rejected(r) => {
                 // `allow?` raises nothing: the error exists for listeners only.
-                if rb_self.rejections_watched(ruby) {
+                if this.rejections_watched(ruby) {
                     Self::rejected(ruby, rb_self, r)?;
                 }
                 Ok(None)
@@ -763,8 +631,9 @@ impl Breaker {
     fn settle(ruby: &Ruby, rb_self: Obj<Self>, permit: Option<u64>, success: Value, duration: Value) -> Result<(), Error> {
         let duration_ms = args::duration_ms(ruby, duration)?;
         let outcome = if success.to_bool() { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
-        let now = rb_self.clock.now();
-        let tr = rb_self.finish(ruby, |b, w, c| match permit {
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let tr = this.finish(ruby, |b, w, c| match permit {
             Some(bits) => b.complete(w, c, Permit::from_bits(bits), outcome, now),
             None => b.record_unpermitted(w, c, outcome, now),
         })?;
@@ -776,9 +645,10 @@ impl Breaker {
     fn notify_or_release(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions, decision: Decision) -> Result<(), Error> {
         let result = Self::notify(ruby, rb_self, tr);
         if let (Err(_), Decision::Allowed(p)) = (&result, decision) {
-            let now = rb_self.clock.now();
+            let this = rb_self.get(ruby)?;
+            let now = this.clock.now();
             // A release decides nothing, so it has no transitions to report.
-            let _ = rb_self.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now));
+            let _ = this.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now));
         }
         result
     }
@@ -788,8 +658,9 @@ impl Breaker {
         rb_self: Obj<Self>,
         op: fn(&mut CoreBreaker, &mut PlacedWindow, &Config, i64) -> Transitions,
     ) -> Result<Obj<Self>, Error> {
-        let now = rb_self.clock.now();
-        let tr = rb_self.step_or_raise(ruby, |b, w, c| op(b, w, c, now))?;
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let tr = this.step_or_raise(ruby, |b, w, c| op(b, w, c, now))?;
         Self::notify(ruby, rb_self, &tr)?;
         Ok(rb_self)
     }
@@ -811,61 +682,66 @@ impl Breaker {
     }
 
     fn snapshot(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Metrics, Error> {
-        let now = rb_self.clock.now();
-        let (m, tr) = rb_self.step_or_raise(ruby, |b, w, c| b.metrics(w, c, now))?;
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let (m, tr) = this.step_or_raise(ruby, |b, w, c| b.metrics(w, c, now))?;
         Self::notify(ruby, rb_self, &tr)?;
         Ok(m)
     }
 
     fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Symbol, Error> {
-        let now = rb_self.clock.now();
-        match rb_self.step(|b, w, c| b.metrics(w, c, now)) {
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        match this.step(|b, w, c| b.metrics(w, c, now)) {
             Ok((m, tr)) => {
                 Self::notify(ruby, rb_self, &tr)?;
                 Ok(state_sym(ruby, m.state))
             }
             // A stuck holder: the published state (timers not applied).
-            Err(Blocked::Busy) => Ok(state_sym(ruby, rb_self.shared.published_state())),
-            Err(b) => Err(b.into_error(ruby, &rb_self.shared)),
+            Err(Blocked::Busy) => Ok(state_sym(ruby, this.shared.published_state())),
+            Err(b) => Err(b.into_error(ruby, &this.shared)),
         }
     }
 
     fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
-        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, rb_self.shared.is_mapped(), rb_self.shared.dropped())
+        let this = rb_self.get(ruby)?;
+        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, this.shared.is_mapped(), this.shared.dropped())
     }
 
     fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
         Ok(secs_value(ruby, Self::snapshot(ruby, rb_self)?.retry_after))
     }
 
-    fn name(ruby: &Ruby, rb_self: &Self) -> Option<RString> {
-        rb_self.name.map(|n| ruby.get_inner(n))
+    fn name(ruby: &Ruby, rb_self: &Self) -> Result<Option<RString>, Error> {
+        Ok(rb_self.get(ruby)?.name.map(|n| ruby.get_inner(n)))
     }
 
-    fn window(ruby: &Ruby, rb_self: &Self) -> Value {
-        ruby.get_inner(rb_self.window)
+    fn window(ruby: &Ruby, rb_self: &Self) -> Result<Value, Error> {
+        Ok(ruby.get_inner(rb_self.get(ruby)?.window))
     }
 
     /// Test hook: holds the shared lock for `ms` (at most a minute).
     fn hold_shared_lock(ruby: &Ruby, rb_self: &Self, ms: u64) -> Result<(), Error> {
-        rb_self.shared.hold_lock_for_test(ms.min(60_000)).map_err(|e| crate::errors::system_error(ruby, "shared lock", e))
+        let this = rb_self.get(ruby)?;
+        this.shared.hold_lock_for_test(ms.min(60_000)).map_err(|e| crate::errors::system_error(ruby, "shared lock", e))
     }
 
     /// Test hook: how long this breaker waits for a busy shared lock.
     fn set_lock_wait(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<(), Error> {
         let secs = args::float(ruby, "lock wait", seconds)?;
-        rb_self.shared.set_lock_wait(circuit_breaker_core::clock::nanos_from_secs(secs));
+        rb_self.get(ruby)?.shared.set_lock_wait(circuit_breaker_core::clock::nanos_from_secs(secs));
         Ok(())
     }
 
     /// The file a `shared:` breaker lives in, nil for a breaker of this
     /// process.
-    fn shared_path(&self) -> Option<String> {
-        self.shared.path().map(|p| p.display().to_string())
+    fn shared_path(ruby: &Ruby, rb_self: &Self) -> Result<Option<String>, Error> {
+        Ok(rb_self.get(ruby)?.shared.path().map(|p| p.display().to_string()))
     }
 
-    fn set_notify_rejects(&self, on: bool) {
-        self.notify_rejects.store(on, Ordering::Relaxed);
+    fn set_notify_rejects(ruby: &Ruby, rb_self: &Self, on: bool) -> Result<(), Error> {
+        rb_self.get(ruby)?.notify_rejects.store(on, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -952,8 +828,10 @@ fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! 
 }
 
 pub fn init(class: RClass) -> Result<(), Error> {
-    class.undef_default_alloc_func();
-    class.define_singleton_method("new", function!(Breaker::new, -1))?;
+    class.define_alloc_func::<Breaker>();
+    class.define_private_method("__setup", method!(Breaker::setup, 1))?;
+    class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
+    class.singleton_class()?.define_private_method("__seed_probes", function!(Breaker::seed_probes, 2))?;
     class.define_method("call", method!(Breaker::call, 0))?;
     class.define_method("state", method!(Breaker::state, 0))?;
     class.define_method("metrics", method!(Breaker::metrics, 0))?;

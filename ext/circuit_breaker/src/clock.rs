@@ -1,13 +1,13 @@
 //! `CircuitBreaker::ManualClock` and the clock a breaker or window reads.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
 use circuit_breaker_core::{Clock, CoarseClock, ManualClock as CoreManualClock, MonotonicClock, Nanos};
-use magnus::{function, method, prelude::*, scan_args::scan_args, typed_data::Obj, Error, RClass, Ruby, Value};
+use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, Ruby, Value};
 
 use crate::args;
-use crate::errors::arg_error;
+use crate::errors::{arg_error, not_initialized, refuse_copy};
 
 /// Where `now` comes from. Reading it never calls Ruby.
 #[derive(Clone, Debug)]
@@ -45,15 +45,18 @@ impl ClockSource {
             return Ok(None);
         }
         match <&ManualClock>::try_convert(v) {
-            Ok(c) => Ok(Some(ClockSource::Manual(c.0.clone()))),
+            Ok(c) => Ok(Some(ClockSource::Manual(c.get(ruby)?.clone()))),
             Err(_) => Err(crate::errors::type_error(ruby, "clock", "nil or a CircuitBreaker::ManualClock", v)),
         }
     }
 }
 
 /// A clock that moves only when told: tests use it instead of `sleep`.
+/// Allocated empty; `initialize` (lib/circuit_breaker/manual_clock.rb)
+/// sets its start.
+#[derive(Default)]
 #[magnus::wrap(class = "CircuitBreaker::ManualClock", free_immediately, size)]
-pub struct ManualClock(Arc<CoreManualClock>);
+pub struct ManualClock(OnceLock<Arc<CoreManualClock>>);
 
 fn finite_secs(ruby: &Ruby, name: &str, v: Value, min: f64) -> Result<f64, Error> {
     let secs = args::float(ruby, name, v)?;
@@ -66,34 +69,40 @@ fn finite_secs(ruby: &Ruby, name: &str, v: Value, min: f64) -> Result<f64, Error
 }
 
 impl ManualClock {
-    fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
-        let args = scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
-        let start = match args.optional.0 {
-            Some(v) => finite_secs(ruby, "start", v, f64::MIN)?,
-            None => 0.0,
-        };
-        Ok(Self(Arc::new(CoreManualClock::new(nanos_from_secs(start)))))
+    fn get(&self, ruby: &Ruby) -> Result<&Arc<CoreManualClock>, Error> {
+        self.0.get().ok_or_else(|| not_initialized(ruby, "CircuitBreaker::ManualClock"))
     }
 
-    fn now(&self) -> f64 {
-        secs_from_nanos(self.0.now())
+    /// `initialize`'s native half.
+    fn setup(ruby: &Ruby, rb_self: &Self, start: Value) -> Result<(), Error> {
+        let start = finite_secs(ruby, "start", start, f64::MIN)?;
+        rb_self.0.set(Arc::new(CoreManualClock::new(nanos_from_secs(start)))).map_err(|_| {
+            Error::new(ruby.exception_runtime_error(), "CircuitBreaker::ManualClock is already initialized")
+        })
+    }
+
+    fn now(ruby: &Ruby, rb_self: &Self) -> Result<f64, Error> {
+        Ok(secs_from_nanos(rb_self.get(ruby)?.now()))
     }
 
     fn advance(ruby: &Ruby, rb_self: Obj<Self>, seconds: Value) -> Result<Obj<Self>, Error> {
         let secs = finite_secs(ruby, "seconds", seconds, 0.0)?;
-        rb_self.0.advance(nanos_from_secs(secs));
+        rb_self.get(ruby)?.advance(nanos_from_secs(secs));
         Ok(rb_self)
     }
 
-    fn inspect(&self) -> String {
-        format!("#<CircuitBreaker::ManualClock now={}>", self.now())
+    fn inspect(ruby: &Ruby, rb_self: Obj<Self>) -> Result<String, Error> {
+        // SAFETY: the name is copied out at once.
+        let class = unsafe { rb_self.class().name() }.into_owned();
+        Ok(format!("#<{class} now={}>", Self::now(ruby, &rb_self)?))
     }
 }
 
 pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
     let class = namespace.define_class("ManualClock", ruby.class_object())?;
-    class.undef_default_alloc_func();
-    class.define_singleton_method("new", function!(ManualClock::new, -1))?;
+    class.define_alloc_func::<ManualClock>();
+    class.define_private_method("__setup", method!(ManualClock::setup, 1))?;
+    class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
     class.define_method("now", method!(ManualClock::now, 0))?;
     class.define_method("advance", method!(ManualClock::advance, 1))?;
     class.define_method("inspect", method!(ManualClock::inspect, 0))?;

@@ -67,3 +67,18 @@ pub fn system_error(ruby: &Ruby, context: &str, source: std::io::Error) -> Error
         Err(e) => e,
     }
 }
+
+/// A method called on an object whose `initialize` never ran
+/// (`allocate`, or a subclass's `initialize` that did not call `super`).
+pub fn not_initialized(ruby: &Ruby, class: &str) -> Error {
+    Error::new(
+        ruby.exception_runtime_error(),
+        format!("uninitialized {class}: its initialize did not run (a subclass's initialize must call super)"),
+    )
+}
+
+/// `initialize_copy` of the native classes: their state is not Ruby data
+/// that `dup` or `clone` could copy.
+pub fn refuse_copy(ruby: &Ruby, rb_self: Value, _original: Value) -> Result<(), Error> {
+    Err(Error::new(ruby.exception_type_error(), format!("can't copy {}", rb_self.class().inspect())))
+}

@@ -14,7 +14,7 @@ use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
 use circuit_breaker_core::shm::{Guard, Key, MappedRecord, ShmError};
 use circuit_breaker_core::{Counts, Decision, HeapRecord, Nanos, Permit, Record, WindowSpec};
 use magnus::{
-    function, method,
+    method,
     prelude::*,
     scan_args::{get_kwargs, scan_args},
     typed_data::Obj,
@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::errors::{arg_error, config_error};
+use crate::errors::{arg_error, config_error, not_initialized, refuse_copy};
 
 enum Store {
     Heap(Mutex<HeapRecord>),
@@ -286,86 +286,90 @@ fn seed() -> u64 {
 
 /// Behaviour common to both window classes.
 pub trait WindowObject: Sized + magnus::TypedData {
-    fn shared(&self) -> &Arc<Shared>;
+    const CLASS: &'static str;
+
+    fn cell(&self) -> &OnceLock<Arc<Shared>>;
+
+    /// The record, or a clear error when `initialize` never ran.
+    fn shared(&self, ruby: &Ruby) -> Result<&Arc<Shared>, Error> {
+        self.cell().get().ok_or_else(|| not_initialized(ruby, Self::CLASS))
+    }
+
+    /// Sets the record up, once (`initialize`'s native half).
+    fn set(&self, ruby: &Ruby, shared: Arc<Shared>) -> Result<(), Error> {
+        self.cell()
+            .set(shared)
+            .map_err(|_| Error::new(ruby.exception_runtime_error(), format!("{} is already initialized", Self::CLASS)))
+    }
 }
 
+/// Allocated empty; `initialize` (lib/circuit_breaker/windows.rb) sets it up.
+#[derive(Default)]
 #[magnus::wrap(class = "CircuitBreaker::SlidingWindow", free_immediately, size)]
-pub struct SlidingWindow {
-    shared: Arc<Shared>,
-}
+pub struct SlidingWindow(OnceLock<Arc<Shared>>);
 
+/// Allocated empty; `initialize` (lib/circuit_breaker/windows.rb) sets it up.
+#[derive(Default)]
 #[magnus::wrap(class = "CircuitBreaker::TimeWindow", free_immediately, size)]
-pub struct TimeWindow {
-    shared: Arc<Shared>,
-}
+pub struct TimeWindow(OnceLock<Arc<Shared>>);
 
 impl WindowObject for SlidingWindow {
-    fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    const CLASS: &'static str = "CircuitBreaker::SlidingWindow";
+
+    fn cell(&self) -> &OnceLock<Arc<Shared>> {
+        &self.0
     }
 }
 
 impl WindowObject for TimeWindow {
-    fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    const CLASS: &'static str = "CircuitBreaker::TimeWindow";
+
+    fn cell(&self) -> &OnceLock<Arc<Shared>> {
+        &self.0
     }
 }
 
-/// The window of a `window:` argument, or None for nil.
-pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Option<Arc<Shared>>, Error> {
-    if v.is_nil() {
-        return Ok(None);
-    }
+/// The window of a `window:` argument.
+pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Arc<Shared>, Error> {
     if let Ok(w) = <&SlidingWindow>::try_convert(v) {
-        return Ok(Some(w.shared.clone()));
+        return Ok(w.shared(ruby)?.clone());
     }
     if let Ok(w) = <&TimeWindow>::try_convert(v) {
-        return Ok(Some(w.shared.clone()));
+        return Ok(w.shared(ruby)?.clone());
     }
     Err(crate::errors::type_error(ruby, "window", "nil, a CircuitBreaker::SlidingWindow or a CircuitBreaker::TimeWindow", v))
-}
-
-const DEFAULT_SIZE: i64 = 100;
-const DEFAULT_SLOW_MS: f64 = 800.0;
-
-/// The record of a default `SlidingWindow.new` for a breaker given none.
-pub fn default_shared(ruby: &Ruby) -> Result<Arc<Shared>, Error> {
-    Shared::new(ruby, WindowSpec::Count { size: DEFAULT_SIZE, slow_threshold_ms: DEFAULT_SLOW_MS }, None)
 }
 
 /// The Ruby window object of a record.
 pub fn wrap(ruby: &Ruby, shared: Arc<Shared>) -> Value {
     match shared.spec {
-        WindowSpec::Count { .. } => ruby.obj_wrap(SlidingWindow { shared }).as_value(),
-        WindowSpec::Time { .. } => ruby.obj_wrap(TimeWindow { shared }).as_value(),
+        WindowSpec::Count { .. } => ruby.obj_wrap(SlidingWindow(OnceLock::from(shared))).as_value(),
+        WindowSpec::Time { .. } => ruby.obj_wrap(TimeWindow(OnceLock::from(shared))).as_value(),
     }
-}
-
-fn kwargs(args: &[Value]) -> Result<RHash, Error> {
-    Ok(scan_args::<(), (), (), (), RHash, ()>(args)?.keywords)
 }
 
 impl SlidingWindow {
-    fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
-        let kw = get_kwargs::<_, (), (Option<Value>, Option<Value>), ()>(kwargs(args)?, &[], &["size", "slow_threshold_ms"])?;
-        let (size, slow) = kw.optional;
-        let size = size.map_or(Ok(DEFAULT_SIZE), |v| args::integer(ruby, "size", v))?;
-        let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
-        Ok(Self { shared: Shared::new(ruby, WindowSpec::Count { size, slow_threshold_ms: slow }, None)? })
+    /// `initialize`'s native half: the keywords converted (ranges are the
+    /// core's to check).
+    fn setup(ruby: &Ruby, rb_self: &Self, size: Value, slow_threshold_ms: Value) -> Result<(), Error> {
+        let size = args::integer(ruby, "size", size)?;
+        let slow_threshold_ms = args::float(ruby, "slow_threshold_ms", slow_threshold_ms)?;
+        rb_self.set(ruby, Shared::new(ruby, WindowSpec::Count { size, slow_threshold_ms }, None)?)
     }
 
-    fn size(&self) -> i64 {
-        match self.shared.spec {
+    fn size(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
+        Ok(match rb_self.shared(ruby)?.spec {
             WindowSpec::Count { size, .. } => size,
             WindowSpec::Time { .. } => 0,
-        }
+        })
     }
 
-    fn inspect(ruby: &Ruby, rb_self: &Self) -> Result<String, Error> {
-        let c = rb_self.shared.counts(ruby)?;
+    fn inspect(ruby: &Ruby, rb_self: Obj<Self>) -> Result<String, Error> {
+        let c = rb_self.shared(ruby)?.counts(ruby)?;
         Ok(format!(
-            "#<CircuitBreaker::SlidingWindow size={} total={} failures={} slow_calls={}>",
-            rb_self.size(),
+            "#<{} size={} total={} failures={} slow_calls={}>",
+            class_name(rb_self),
+            Self::size(ruby, &rb_self)?,
             c.total,
             c.failures,
             c.slow_calls
@@ -374,42 +378,39 @@ impl SlidingWindow {
 }
 
 impl TimeWindow {
-    fn new(ruby: &Ruby, args: &[Value]) -> Result<Self, Error> {
-        let kw = get_kwargs::<_, (), (Option<Value>, Option<Value>, Option<Value>, Option<Value>), ()>(
-            kwargs(args)?,
-            &[],
-            &["seconds", "buckets", "slow_threshold_ms", "clock"],
-        )?;
-        let (seconds, buckets, slow, clock) = kw.optional;
-        let seconds = seconds.map_or(Ok(10.0), |v| args::float(ruby, "seconds", v))?;
-        let buckets = buckets.map_or(Ok(10), |v| args::integer(ruby, "buckets", v))?;
-        let slow = slow.map_or(Ok(DEFAULT_SLOW_MS), |v| args::float(ruby, "slow_threshold_ms", v))?;
-        let clock = clock.map_or(Ok(None), |v| ClockSource::from_arg(ruby, v))?;
-        let spec = WindowSpec::Time { seconds, buckets, slow_threshold_ms: slow };
-        Ok(Self { shared: Shared::new(ruby, spec, clock)? })
+    /// `initialize`'s native half: the keywords converted (ranges are the
+    /// core's to check).
+    fn setup(ruby: &Ruby, rb_self: &Self, seconds: Value, buckets: Value, slow: Value, clock: Value) -> Result<(), Error> {
+        let seconds = args::float(ruby, "seconds", seconds)?;
+        let buckets = args::integer(ruby, "buckets", buckets)?;
+        let slow_threshold_ms = args::float(ruby, "slow_threshold_ms", slow)?;
+        let clock = ClockSource::from_arg(ruby, clock)?;
+        let spec = WindowSpec::Time { seconds, buckets, slow_threshold_ms };
+        rb_self.set(ruby, Shared::new(ruby, spec, clock)?)
     }
 
-    fn seconds(&self) -> f64 {
-        match self.shared.spec {
+    fn seconds(ruby: &Ruby, rb_self: &Self) -> Result<f64, Error> {
+        Ok(match rb_self.shared(ruby)?.spec {
             // As the window keeps it: whole nanoseconds.
             WindowSpec::Time { seconds, .. } => secs_from_nanos(nanos_from_secs(seconds)),
             WindowSpec::Count { .. } => 0.0,
-        }
+        })
     }
 
-    fn buckets(&self) -> i64 {
-        match self.shared.spec {
+    fn buckets(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
+        Ok(match rb_self.shared(ruby)?.spec {
             WindowSpec::Time { buckets, .. } => buckets,
             WindowSpec::Count { .. } => 0,
-        }
+        })
     }
 
-    fn inspect(ruby: &Ruby, rb_self: &Self) -> Result<String, Error> {
-        let c = rb_self.shared.counts(ruby)?;
+    fn inspect(ruby: &Ruby, rb_self: Obj<Self>) -> Result<String, Error> {
+        let c = rb_self.shared(ruby)?.counts(ruby)?;
         Ok(format!(
-            "#<CircuitBreaker::TimeWindow seconds={} buckets={} total={} failures={} slow_calls={}>",
-            rb_self.seconds(),
-            rb_self.buckets(),
+            "#<{} seconds={} buckets={} total={} failures={} slow_calls={}>",
+            class_name(rb_self),
+            Self::seconds(ruby, &rb_self)?,
+            Self::buckets(ruby, &rb_self)?,
             c.total,
             c.failures,
             c.slow_calls
@@ -417,15 +418,22 @@ impl TimeWindow {
     }
 }
 
-fn slow_threshold_ms<T: WindowObject>(rb_self: &T) -> f64 {
-    rb_self.shared().slow_threshold_ms()
+/// The name of `obj`'s class (a subclass's own name).
+fn class_name<T: magnus::TypedData>(obj: Obj<T>) -> String {
+    // SAFETY: the name is copied out at once.
+    unsafe { obj.class().name() }.into_owned()
+}
+
+fn slow_threshold_ms<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
+    Ok(rb_self.shared(ruby)?.slow_threshold_ms())
 }
 
 fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Result<Obj<T>, Error> {
-    let kw = get_kwargs::<_, (Value, Value), (), ()>(kwargs(args)?, &["duration_ms", "success"], &[])?;
+    let kw = scan_args::<(), (), (), (), RHash, ()>(args)?.keywords;
+    let kw = get_kwargs::<_, (Value, Value), (), ()>(kw, &["duration_ms", "success"], &[])?;
     let (duration, success) = kw.required;
     let duration_ms = args::duration_ms(ruby, duration)?;
-    let shared = rb_self.shared();
+    let shared = rb_self.shared(ruby)?;
     let now = shared.now();
     match shared.with(|r| r.window.record(duration_ms, success.to_bool(), now)) {
         // As a breaker's record: dropped and counted, never raised.
@@ -437,27 +445,27 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
 }
 
 fn total<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
-    Ok(rb_self.shared().counts(ruby)?.total)
+    Ok(rb_self.shared(ruby)?.counts(ruby)?.total)
 }
 
 fn failures<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
-    Ok(rb_self.shared().counts(ruby)?.failures)
+    Ok(rb_self.shared(ruby)?.counts(ruby)?.failures)
 }
 
 fn slow_calls<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
-    Ok(rb_self.shared().counts(ruby)?.slow_calls)
+    Ok(rb_self.shared(ruby)?.counts(ruby)?.slow_calls)
 }
 
 fn error_rate<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
-    Ok(rb_self.shared().counts(ruby)?.error_rate())
+    Ok(rb_self.shared(ruby)?.counts(ruby)?.error_rate())
 }
 
 fn slow_call_rate<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
-    Ok(rb_self.shared().counts(ruby)?.slow_call_rate())
+    Ok(rb_self.shared(ruby)?.counts(ruby)?.slow_call_rate())
 }
 
 fn reset<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>) -> Result<Obj<T>, Error> {
-    let shared = rb_self.shared();
+    let shared = rb_self.shared(ruby)?;
     shared.with(|r| r.window.reset()).map_err(|b| b.into_error(ruby, shared))?;
     Ok(rb_self)
 }
@@ -465,7 +473,8 @@ fn reset<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>) -> Result<Obj<T>, Error>
 macro_rules! define_common {
     ($class:expr, $t:ty) => {{
         let class: RClass = $class;
-        class.undef_default_alloc_func();
+        class.define_alloc_func::<$t>();
+        class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
         class.define_method("record", method!(record::<$t>, -1))?;
         class.define_method("total", method!(total::<$t>, 0))?;
         class.define_method("failures", method!(failures::<$t>, 0))?;
@@ -480,13 +489,13 @@ macro_rules! define_common {
 pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
     let sliding = namespace.define_class("SlidingWindow", ruby.class_object())?;
     define_common!(sliding, SlidingWindow);
-    sliding.define_singleton_method("new", function!(SlidingWindow::new, -1))?;
+    sliding.define_private_method("__setup", method!(SlidingWindow::setup, 2))?;
     sliding.define_method("size", method!(SlidingWindow::size, 0))?;
     sliding.define_method("inspect", method!(SlidingWindow::inspect, 0))?;
 
     let timed = namespace.define_class("TimeWindow", ruby.class_object())?;
     define_common!(timed, TimeWindow);
-    timed.define_singleton_method("new", function!(TimeWindow::new, -1))?;
+    timed.define_private_method("__setup", method!(TimeWindow::setup, 4))?;
     timed.define_method("seconds", method!(TimeWindow::seconds, 0))?;
     timed.define_method("buckets", method!(TimeWindow::buckets, 0))?;
     timed.define_method("inspect", method!(TimeWindow::inspect, 0))?;

@@ -1,0 +1,15 @@
+# frozen_string_literal: true
+
+class CircuitBreaker
+  # A clock that moves only when told, for tests: time never passes by
+  # itself, so no spec sleeps.
+  class ManualClock
+    # @param start [Numeric] the initial reading, in seconds (finite)
+    # @example
+    #   clock = CircuitBreaker::ManualClock.new
+    #   clock.advance(30).now # => 30.0
+    def initialize(start = 0.0)
+      __setup(start)
+    end
+  end
+end

@@ -1,0 +1,106 @@
+# frozen_string_literal: true
+
+class CircuitBreaker
+  # The breaker's options: every keyword with its default (SPEC.md §3), in
+  # one method. To add an option: add its keyword here, pass it to
+  # `__setup`, and convert it in `Breaker::setup`
+  # (ext/circuit_breaker/src/breaker.rs), where a range check belongs in the
+  # core's `Config::new`, never here.
+  #
+  # @param window [SlidingWindow, TimeWindow, nil] the live window the
+  #   breaker records into; nil: `SlidingWindow.new(size: 100)`
+  # @param error_rate_threshold [Numeric] opens from this error rate on, (0, 1]
+  # @param slow_rate_threshold [Numeric] opens from this slow-call rate on, (0, 1]
+  # @param min_calls [Integer] no verdict below this many calls in the window
+  # @param open_duration [Numeric] seconds open before half-open
+  # @param half_open_calls [Integer] probes judged per ramp stage
+  # @param ramp [Array<Numeric>] share admitted at each half-open stage
+  # @param advance_rate [Numeric] probe success share to advance a stage
+  # @param reopen_rate [Numeric, nil] below this probe success share: open again (nil: advance_rate)
+  # @param record_errors [Array<Module, #call>] exceptions recorded as failures
+  # @param ignore_errors [Array<Module, #call>] exceptions passed through unrecorded (checked first)
+  # @param failure_if [#call, nil] given the block's value, true when it is a failure
+  # @param shared [String, Symbol, nil] a name: the breaker lives in a file every process on the host shares
+  # @param half_open_timeout [Numeric, nil] seconds a half-open stage may take (shared breakers: open_duration)
+  # @param backoff [Numeric] open_duration multiplier per reopen from half-open
+  # @param max_open_duration [Numeric, nil] cap on the backed-off open duration
+  # @param jitter [Numeric] open durations shortened by a random share below this
+  # @param name [String, Symbol, nil] used in errors, events and the registry
+  # @param clock [ManualClock, nil] for tests; nil: the monotonic clock
+  # @param logger [#warn, #info, nil] transitions are logged (openings with warn)
+  # @example
+  #   CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100), open_duration: 10)
+  # @example A subclass with its own defaults
+  #   class PaymentsBreaker < CircuitBreaker
+  #     def initialize(**options)
+  #       super(name: "payments", error_rate_threshold: 0.3, **options)
+  #     end
+  #   end
+  def initialize(window: nil, error_rate_threshold: 0.5, slow_rate_threshold: 0.8, min_calls: 20,
+                 open_duration: 30, half_open_calls: 2, ramp: [1.0], advance_rate: 1.0, reopen_rate: nil,
+                 record_errors: [StandardError], ignore_errors: [], failure_if: nil, shared: nil,
+                 half_open_timeout: shared ? open_duration : nil, backoff: 1.0, max_open_duration: nil,
+                 jitter: 0.0, name: nil, clock: nil, logger: nil)
+    unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
+      raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
+    end
+
+    # native: converts each value and builds the breaker once
+    __setup({
+              window: window || SlidingWindow.new, error_rate_threshold: error_rate_threshold,
+              slow_rate_threshold: slow_rate_threshold, min_calls: min_calls, open_duration: open_duration,
+              half_open_calls: half_open_calls, ramp: ramp, advance_rate: advance_rate, reopen_rate: reopen_rate,
+              record_errors: record_errors, ignore_errors: ignore_errors, failure_if: failure_if, shared: shared,
+              half_open_timeout: half_open_timeout, backoff: backoff, max_open_duration: max_open_duration,
+              jitter: jitter, name: name, clock: clock
+            })
+    @logger = logger
+  end
+
+  # The seeds' spellings (SPEC.md §3.4), so the articles' classes port by
+  # renaming only: `threshold:` is `error_rate_threshold:`, `retry_time:`
+  # is `open_duration:`, `probe_ratio:` r (with `half_open_window:` w) is
+  # `ramp: [r]` (with `half_open_calls: max(1, floor(w * r))`). An alias
+  # given as nil counts as not given; an alias together with its own name is
+  # an ArgumentError. Prepended, so it sees what the caller wrote (a
+  # subclass's `super` too) before {CircuitBreaker#initialize} fills in the
+  # defaults; a bad value is reported under the name the caller wrote.
+  #
+  # @api private
+  module Aliases
+    def initialize(threshold: nil, retry_time: nil, probe_ratio: nil, half_open_window: nil, **options)
+      written = {}
+      { error_rate_threshold: [:threshold, threshold], open_duration: [:retry_time, retry_time] }
+        .each do |own, (spelling, value)|
+          next if value.nil?
+          raise ArgumentError, "give #{own}: or its alias #{spelling}:, not both" if options.key?(own)
+
+          options[own] = value
+          written[own] = spelling
+        end
+      if probe_ratio.nil?
+        raise ArgumentError, "half_open_window: needs probe_ratio:" unless half_open_window.nil?
+      else
+        raise ArgumentError, "give ramp: or its alias probe_ratio:, not both" if options.key?(:ramp)
+        if !half_open_window.nil? && options.key?(:half_open_calls)
+          raise ArgumentError, "give half_open_calls: or its alias half_open_window:, not both"
+        end
+
+        # native: the core checks both under these names
+        share, quota = CircuitBreaker.__send__(:__seed_probes, probe_ratio, half_open_window)
+        options[:ramp] = [share]
+        options[:half_open_calls] = quota if quota
+      end
+      begin
+        super(**options)
+      rescue ArgumentError, TypeError => e
+        # The core names the option an alias stood for: name the alias.
+        own, spelling = written.find { |o, _| e.message.start_with?("#{o} must be ") }
+        raise unless own
+
+        raise e.class, e.message.sub(own.to_s, spelling.to_s)
+      end
+    end
+  end
+  prepend Aliases
+end

@@ -1,0 +1,28 @@
+# frozen_string_literal: true
+
+class CircuitBreaker
+  # A count-based window: the last `size` recorded calls (SPEC.md §2).
+  class SlidingWindow
+    # @param size [Integer] calls kept, 1..1_000_000
+    # @param slow_threshold_ms [Numeric] a call is slow from this duration on (> 0)
+    # @example
+    #   CircuitBreaker::SlidingWindow.new(size: 50, slow_threshold_ms: 500)
+    def initialize(size: 100, slow_threshold_ms: 800)
+      __setup(size, slow_threshold_ms) # native: converts; the core checks the ranges
+    end
+  end
+
+  # A time-based window: the calls of the last `seconds`, in `buckets` that
+  # expire whole (SPEC.md §2).
+  class TimeWindow
+    # @param seconds [Numeric] span of the window (> 0)
+    # @param buckets [Integer] 1..3600
+    # @param slow_threshold_ms [Numeric] a call is slow from this duration on (> 0)
+    # @param clock [ManualClock, nil] nil: its breaker's clock, else the monotonic clock
+    # @example
+    #   CircuitBreaker::TimeWindow.new(seconds: 60, buckets: 12)
+    def initialize(seconds: 10, buckets: 10, slow_threshold_ms: 800, clock: nil)
+      __setup(seconds, buckets, slow_threshold_ms, clock)
+    end
+  end
+end
