@@ -21,7 +21,10 @@ class CircuitBreaker
   # @param ignore_errors [Array<Module, #call>] exceptions passed through unrecorded (checked first)
   # @param failure_if [#call, nil] given the block's value, true when it is a failure
   # @param shared [String, Symbol, nil] a name: the breaker lives in a file every process on the host shares
-  # @param half_open_timeout [Numeric, nil] seconds a half-open stage may take (shared breakers: open_duration)
+  # @param half_open_timeout [Numeric, nil] seconds a round of a half-open stage may take (nil: no limit)
+  # @param probe_timeout [Numeric, false, nil] seconds a probe may stay unsettled before it counts as
+  #   failed (nil: open_duration; false: never)
+  # @param min_stage_duration [Numeric] seconds a half-open stage lasts at least before it may advance
   # @param backoff [Numeric] open_duration multiplier per reopen from half-open
   # @param max_open_duration [Numeric, nil] cap on the backed-off open duration
   # @param jitter [Numeric] open durations shortened by a random share below this
@@ -38,9 +41,9 @@ class CircuitBreaker
   #   end
   def initialize(window: nil, error_rate_threshold: 0.5, slow_rate_threshold: 0.8, min_calls: 20,
                  open_duration: 30, half_open_calls: 2, ramp: [1.0], advance_rate: 1.0, reopen_rate: nil,
-                 record_errors: [StandardError], ignore_errors: [], failure_if: nil, shared: nil,
-                 half_open_timeout: shared ? open_duration : nil, backoff: 1.0, max_open_duration: nil,
-                 jitter: 0.0, name: nil, clock: nil, logger: nil)
+                 record_errors: [StandardError], ignore_errors: [], failure_if: nil, half_open_timeout: nil,
+                 probe_timeout: nil, min_stage_duration: 0, backoff: 1.0, max_open_duration: nil, jitter: 0.0,
+                 name: nil, clock: nil, logger: nil, shared: nil)
     unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
       raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
     end
@@ -50,9 +53,10 @@ class CircuitBreaker
               window: window || SlidingWindow.new, error_rate_threshold: error_rate_threshold,
               slow_rate_threshold: slow_rate_threshold, min_calls: min_calls, open_duration: open_duration,
               half_open_calls: half_open_calls, ramp: ramp, advance_rate: advance_rate, reopen_rate: reopen_rate,
-              record_errors: record_errors, ignore_errors: ignore_errors, failure_if: failure_if, shared: shared,
-              half_open_timeout: half_open_timeout, backoff: backoff, max_open_duration: max_open_duration,
-              jitter: jitter, name: name, clock: clock
+              record_errors: record_errors, ignore_errors: ignore_errors, failure_if: failure_if,
+              half_open_timeout: half_open_timeout, probe_timeout: probe_timeout,
+              min_stage_duration: min_stage_duration, backoff: backoff, max_open_duration: max_open_duration,
+              jitter: jitter, name: name, clock: clock, shared: shared
             })
     @logger = logger
   end

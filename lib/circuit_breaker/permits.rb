@@ -1,30 +1,41 @@
 # frozen_string_literal: true
 
 class CircuitBreaker
-  # The articles' two-step API, for code that cannot wrap a block: `allow?`
-  # hands the calling thread a permit, and its next `record_*` settles the
-  # thread's oldest permit. A `record_*` without a permit is recorded while
-  # closed (or disabled) and ignored otherwise.
+  # The articles' two-step API, for code that cannot wrap a block
+  # (docs/semantics-permits.md): `allow?` hands the calling thread a permit,
+  # and its next `record_*` settles the thread's oldest permit. A `record_*`
+  # without a permit is recorded while closed (or disabled) and ignored
+  # otherwise.
+  #
+  # Each thread keeps its permits of a breaker in a list the native methods
+  # update (`__acquire`, `__settle`: see `keep` in
+  # ext/circuit_breaker/src/breaker.rs): equal permits count together, and a
+  # permit of a newer generation drops older ones, which could decide
+  # nothing. A permit nobody settles (another thread reports, the thread
+  # died) is freed by `probe_timeout`.
   module Permits
     KEY = :__circuit_breaker_permits
     private_constant :KEY
 
-    # Takes a permission to run one call.
+    # Takes a permission to run one call. Settle it with exactly one
+    # `record_*`, also when the call raises.
     #
     # @example
     #   if breaker.allow?
-    #     ok = do_request
-    #     ok ? breaker.record_success(duration_ms: 12) : breaker.record_failure(duration_ms: 12)
+    #     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    #     ok = false
+    #     begin
+    #       ok = do_request
+    #     ensure
+    #       ms = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started) * 1000
+    #       ok ? breaker.record_success(duration_ms: ms) : breaker.record_failure(duration_ms: ms)
+    #     end
     #   end
     # @return [Boolean] false when the call is rejected (counted as a rejection)
     def allow?
-      permit = __acquire
-      return false unless permit
-
       permits = Thread.current.thread_variable_get(KEY) ||
                 Thread.current.thread_variable_set(KEY, {}.compare_by_identity)
-      (permits[self] ||= []) << permit
-      true
+      __acquire(permits[self] ||= [])
     end
 
     # Records a success (settling this thread's oldest permit).
@@ -44,14 +55,8 @@ class CircuitBreaker
     def record(success, duration_ms: 0)
       permits = Thread.current.thread_variable_get(KEY)
       queue = permits && permits[self]
-      permit = queue&.first
-      __settle(permit, success, duration_ms)
-      # Only a settled permit is used up: a bad duration_ms raises above and
-      # leaves it in place.
-      if queue
-        queue.shift
-        permits.delete(self) if queue.empty?
-      end
+      __settle(queue, success, duration_ms)
+      permits.delete(self) if queue&.empty?
       nil
     end
   end

@@ -85,12 +85,14 @@ RSpec.describe CircuitBreaker, ".new" do
         end
       end
 
-      it "has no half-open timeout" do
+      it "has no half-open timeout, and a probe left unsettled fails after open_duration (probe_timeout)" do
         trip!(breaker)
         cool_down(breaker)
         breaker.allow?
-        clock.advance(10_000_000)
+        clock.advance(29.999)
         expect(breaker.state).to eq(:half_open)
+        clock.advance(0.001)
+        expect(breaker.state).to eq(:open)
       end
 
       it "records StandardErrors, ignores nothing else, and judges no return value" do

@@ -141,14 +141,23 @@ RSpec.describe CircuitBreaker, "low-level API" do
 
   describe "permits" do
     it "settles one thread's permits oldest first" do
+      breaker = make(min_calls: 1, open_duration: 10, half_open_calls: 2)
+      trip!(breaker)
+      cool_down(breaker)
+      expect([breaker.allow?, breaker.allow?]).to eq([true, true]) # two probes
+      breaker.record_success # the first probe
+      expect(breaker.state).to eq(:half_open)
+      breaker.record_failure # the second probe
+      expect(breaker.state).to eq(:open)
+    end
+
+    it "drops a thread's permits of an earlier generation when it is handed a newer one: they can decide nothing" do
       breaker = make(min_calls: 1, open_duration: 10, half_open_calls: 1)
-      expect(breaker.allow?).to be(true) # permit 1, closed
+      expect(breaker.allow?).to be(true) # closed; its call raised, unreported
       breaker.trip!
       cool_down(breaker)
-      expect(breaker.allow?).to be(true) # permit 2, the probe
-      breaker.record_success # settles permit 1: from before the trip, dropped
-      expect(breaker.state).to eq(:half_open)
-      breaker.record_success # settles permit 2: the probe passes
+      expect(breaker.allow?).to be(true) # the probe
+      breaker.record_success # settles the probe, not the abandoned permit
       expect(breaker.state).to eq(:closed)
     end
 

@@ -234,7 +234,7 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
   end
 
   describe "half-open stages of a shared breaker" do
-    it "time out after open_duration by default, so a worker killed mid-probe cannot pin them" do
+    it "free a probe after open_duration by default (probe_timeout), so a worker killed mid-probe cannot pin them" do
       breaker = described_class.new(**options, shared: shared_name)
       4.times { fail_once(breaker) }
       clock.advance(5)
@@ -244,8 +244,8 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
       expect(breaker.state).to eq(:open)
     end
 
-    it "stay unbounded when half_open_timeout: nil is given" do
-      breaker = described_class.new(**options, half_open_timeout: nil, shared: shared_name)
+    it "stay unbounded with probe_timeout: false (no half_open_timeout by default)" do
+      breaker = described_class.new(**options, probe_timeout: false, shared: shared_name)
       4.times { fail_once(breaker) }
       clock.advance(5)
       expect(breaker.allow?).to be(true)

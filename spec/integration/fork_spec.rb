@@ -184,6 +184,29 @@ RSpec.describe CircuitBreaker, "across fork", :integration do
     expect(breaker.state).to eq(:open)
   end
 
+  it "keeps the forking thread's probe in the child, where the probe limit holds" do
+    breaker = described_class.new(clock: clock, half_open_calls: 1, open_duration: 1)
+    breaker.trip!
+    clock.advance(1)
+    expect(breaker.allow?).to be(true) # the one probe, this thread's
+    status = in_child do
+      !breaker.allow? && breaker.record_success.nil? && breaker.closed? # the inherited permit settles
+    end
+    expect(status).to eq(0)
+    expect(breaker.allow?).to be(false)
+  end
+
+  it "keeps the probe of a call that forks from inside its block, in the child" do
+    breaker = described_class.new(clock: clock, half_open_calls: 1, open_duration: 1)
+    breaker.trip!
+    clock.advance(1)
+    breaker.call do
+      status = in_child { !breaker.allow? }
+      expect(status).to eq(0)
+    end
+    expect(breaker.state).to eq(:closed)
+  end
+
   # A probe slot held by another thread at fork time is copied into the
   # child, where that thread does not exist: the child frees it.
   it "gives a child the probe slots that threads of the parent held (they do not exist in the child)" do

@@ -13,8 +13,8 @@ use std::sync::{Arc, OnceLock};
 use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
 use circuit_breaker_core::config::{probe_quota, probe_ratio};
 use circuit_breaker_core::{
-    Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, Reason, Rejection, State,
-    Transitions,
+    Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, ProbeTimeout, Reason,
+    Rejection, State, Transitions,
 };
 use magnus::{
     error::{ErrorType, Tag},
@@ -139,6 +139,7 @@ fn reason_sym(ruby: &Ruby, r: Reason) -> Symbol {
         Reason::ProbesPassed => "probes_passed",
         Reason::CoolDownElapsed => "cool_down_elapsed",
         Reason::HalfOpenTimeout => "half_open_timeout",
+        Reason::ProbeTimeout => "probe_timeout",
         Reason::Manual => "manual",
     })
 }
@@ -209,11 +210,23 @@ fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u64) -> Resu
 
 /// `record_errors:` / `ignore_errors:` sorted for matching: classes and
 /// modules as raw handles (pinned by the breaker's mark function, so they
-/// never move), callables apart.
+/// never move), those that define their own `===` apart (matched by
+/// calling it, as `rescue` does), callables apart.
 #[derive(Default)]
 struct Matchers {
     modules: Vec<rb_sys::VALUE>,
+    own_eqq: Vec<Opaque<Value>>,
     callables: Vec<Opaque<Value>>,
+}
+
+static ID_EQQ: LazyId = LazyId::new("===");
+
+/// Whether `module === x` is Module#=== (a kind_of? test) rather than a
+/// `===` of its own.
+fn plain_eqq(ruby: &Ruby, module: Value) -> Result<bool, Error> {
+    let method: Value = module.funcall("method", (*ID_EQQ,))?;
+    let owner: Value = method.funcall("owner", ())?;
+    Ok(owner.as_raw() == ruby.class_module().as_raw())
 }
 
 impl Matchers {
@@ -226,26 +239,40 @@ impl Matchers {
         };
         let exception = ruby.exception_exception();
         for item in ary {
-            match RClass::from_value(item) {
-                Some(class) if class.is_inherited(exception) => m.modules.push(item.as_raw()),
+            let module = match RClass::from_value(item) {
+                Some(class) if class.is_inherited(exception) => true,
                 Some(_) => return Err(type_error(ruby, name, WHAT, item)),
-                None if item.is_kind_of(ruby.class_module()) => m.modules.push(item.as_raw()),
-                None if item.respond_to(*ID_CALL, false)? => m.callables.push(Opaque::from(item)),
+                None if item.is_kind_of(ruby.class_module()) => true,
+                None if item.respond_to(*ID_CALL, false)? => {
+                    m.callables.push(Opaque::from(item));
+                    false
+                }
                 None => return Err(type_error(ruby, name, WHAT, item)),
+            };
+            if module && plain_eqq(ruby, item)? {
+                m.modules.push(item.as_raw());
+            } else if module {
+                m.own_eqq.push(Opaque::from(item));
             }
         }
         Ok(m)
     }
 
     fn is_empty(&self) -> bool {
-        self.modules.is_empty() && self.callables.is_empty()
+        self.modules.is_empty() && self.own_eqq.is_empty() && self.callables.is_empty()
     }
 
-    /// Whether `ex` is a kind of one of the modules, or a callable returns
-    /// truthy for it. A callable that raises makes the error.
+    /// Whether `ex` matches one of the modules as `rescue` matches it
+    /// (`===`), or a callable returns truthy for it. A `===` or a callable
+    /// that raises makes the error.
     fn hit(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
         if self.modules.iter().any(|&m| kind_of(ex, m)) {
             return Ok(true);
+        }
+        for &m in &self.own_eqq {
+            if ruby.get_inner(m).funcall::<_, _, Value>(*ID_EQQ, (ex,))?.to_bool() {
+                return Ok(true);
+            }
         }
         for &c in &self.callables {
             if ruby.get_inner(c).funcall::<_, _, Value>(*ID_CALL, (ex,))?.to_bool() {
@@ -261,8 +288,8 @@ impl Matchers {
             // alive (and pinned) by this very mark.
             marker.mark(unsafe { Value::from_raw(m) });
         }
-        for &c in &self.callables {
-            marker.mark(c);
+        for &m in self.own_eqq.iter().chain(&self.callables) {
+            marker.mark(m);
         }
     }
 }
@@ -277,6 +304,19 @@ fn callable(ruby: &Ruby, name: &str, v: Value) -> Result<Option<Opaque<Value>>, 
     }
 }
 
+/// `probe_timeout:`: nil (open_duration), false (never) or seconds.
+fn probe_timeout(ruby: &Ruby, v: Value) -> Result<ProbeTimeout, Error> {
+    if v.is_nil() {
+        Ok(ProbeTimeout::OpenDuration)
+    } else if v.as_raw() == ruby.qfalse().as_raw() {
+        Ok(ProbeTimeout::Never)
+    } else if v.is_kind_of(ruby.class_numeric()) {
+        Ok(ProbeTimeout::Seconds(args::float(ruby, "probe_timeout", v)?))
+    } else {
+        Err(type_error(ruby, "probe_timeout", "nil, false or a Numeric", v))
+    }
+}
+
 /// nil, or a String or Symbol as a String.
 fn opt_string(ruby: &Ruby, name: &str, v: Value) -> Result<Option<RString>, Error> {
     if v.is_nil() {
@@ -287,6 +327,45 @@ fn opt_string(ruby: &Ruby, name: &str, v: Value) -> Result<Option<RString>, Erro
         (None, Some(sym)) => Ok(Some(ruby.str_new(&sym.name()?))),
         _ => Err(type_error(ruby, name, "nil, a String or a Symbol", v)),
     }
+}
+
+/// Keeps permit `p` at the end of a thread's `queue` of permits: a flat
+/// Array of permit bits and counts, oldest first. Equal permits count
+/// together (every permit of a closed breaker's generation is the same), so
+/// a thread's permits take no memory per call; permits of an earlier
+/// generation can decide nothing, so a newer one drops them and an
+/// abandoned permit never settles a later call in its place.
+fn keep(queue: RArray, p: Permit) -> Result<(), Error> {
+    let bits = p.to_bits();
+    let len = queue.len() as isize;
+    if len >= 2 {
+        let last: u64 = queue.entry(len - 2)?;
+        if last == bits {
+            let count: u64 = queue.entry(len - 1)?;
+            return queue.store(len - 1, count.saturating_add(1));
+        }
+        if !Permit::from_bits(last).same_generation(p) {
+            queue.clear()?;
+        }
+    }
+    queue.push(bits)?;
+    queue.push(1u64)
+}
+
+/// Takes the oldest permit out of a thread's `queue` (see [`keep`]).
+fn take_oldest(queue: RArray) -> Result<Option<Permit>, Error> {
+    if queue.len() < 2 {
+        return Ok(None);
+    }
+    let bits: u64 = queue.entry(0)?;
+    let count: u64 = queue.entry(1)?;
+    if count > 1 {
+        queue.store(1, count - 1)?;
+    } else {
+        queue.shift::<Value>()?;
+        queue.shift::<Value>()?;
+    }
+    Ok(Some(Permit::from_bits(bits)))
 }
 
 /// Whether `ex` is a kind of `module` (a raw handle of a class or module).
@@ -400,6 +479,8 @@ impl Breaker {
             advance_rate: float("advance_rate")?,
             reopen_rate: opt_float("reopen_rate")?,
             half_open_timeout: opt_float("half_open_timeout")?,
+            probe_timeout: probe_timeout(ruby, g("probe_timeout")?)?,
+            min_stage_duration: float("min_stage_duration")?,
             backoff: float("backoff")?,
             max_open_duration: opt_float("max_open_duration")?,
             jitter: float("jitter")?,
@@ -609,32 +690,41 @@ impl Breaker {
         }
     }
 
-    /// `allow?`'s native half: a permit (Integer) or nil when rejected.
-    fn acquire(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Option<u64>, Error> {
+    /// `allow?`'s native half: takes a permit and keeps it at the end of
+    /// `queue`, the calling thread's permits of this breaker, with no Ruby
+    /// code in between, so no interrupt can lose it
+    /// (lib/circuit_breaker/permits.rb, docs/semantics-permits.md).
+    fn acquire(ruby: &Ruby, rb_self: Obj<Self>, queue: RArray) -> Result<bool, Error> {
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
         let (decision, tr) = this.admit(ruby, now)?;
         Self::notify_or_release(ruby, rb_self, &tr, decision)?;
         match decision {
-            Decision::Allowed(p) => Ok(Some(p.to_bits())),
+            Decision::Allowed(p) => {
+                keep(queue, p)?;
+                Ok(true)
+            }
             Decision::Rejected(r) => {
                 // `allow?` raises nothing: the error exists for listeners only.
                 if this.rejections_watched(ruby) {
                     Self::rejected(ruby, rb_self, r)?;
                 }
-                Ok(None)
+                Ok(false)
             }
         }
     }
 
-    /// `record_*`'s native half: settles `permit` (or records without one).
-    fn settle(ruby: &Ruby, rb_self: Obj<Self>, permit: Option<u64>, success: Value, duration: Value) -> Result<(), Error> {
+    /// `record_*`'s native half: settles the oldest permit of `queue` (the
+    /// calling thread's, or nil), or records without one.
+    fn settle(ruby: &Ruby, rb_self: Obj<Self>, queue: Option<RArray>, success: Value, duration: Value) -> Result<(), Error> {
+        // Converted first: a bad duration leaves the permit in place.
         let duration_ms = args::duration_ms(ruby, duration)?;
         let outcome = if success.to_bool() { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
         let this = rb_self.get(ruby)?;
+        let permit = queue.map(take_oldest).transpose()?.flatten();
         let now = this.clock.now();
         let tr = this.finish(ruby, |b, w, c| match permit {
-            Some(bits) => b.complete(w, c, Permit::from_bits(bits), outcome, now),
+            Some(p) => b.complete(w, c, p, outcome, now),
             None => b.record_unpermitted(w, c, outcome, now),
         })?;
         Self::notify(ruby, rb_self, &tr)
@@ -842,7 +932,7 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_method("disable!", method!(Breaker::disable, 0))?;
     class.define_method("name", method!(Breaker::name, 0))?;
     class.define_method("window", method!(Breaker::window, 0))?;
-    class.define_private_method("__acquire", method!(Breaker::acquire, 0))?;
+    class.define_private_method("__acquire", method!(Breaker::acquire, 1))?;
     class.define_private_method("__settle", method!(Breaker::settle, 3))?;
     class.define_private_method("__notify_rejects=", method!(Breaker::set_notify_rejects, 1))?;
     class.define_private_method("__hold_shared_lock", method!(Breaker::hold_shared_lock, 1))?;

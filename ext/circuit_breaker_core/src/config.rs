@@ -58,6 +58,17 @@ pub(crate) fn check_secs(name: &'static str, range: &'static str, secs: f64) -> 
 /// shares such as 0.3 space admissions exactly.
 pub const PPB: u64 = 1_000_000_000;
 
+/// `probe_timeout:` as given (SPEC.md §3.1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ProbeTimeout {
+    /// `nil`, the default: as long as `open_duration`.
+    OpenDuration,
+    /// `false`: a probe may stay unsettled forever (resilience4j).
+    Never,
+    /// This many seconds.
+    Seconds(f64),
+}
+
 /// The breaker's options as plain values, before validation. Field meanings
 /// and defaults are those of SPEC.md §3; see [`Config`].
 #[derive(Debug, Clone, PartialEq)]
@@ -73,6 +84,11 @@ pub struct Options {
     pub reopen_rate: Option<f64>,
     /// None: a half-open stage may take forever.
     pub half_open_timeout: Option<f64>,
+    /// How long a probe may stay unsettled.
+    pub probe_timeout: ProbeTimeout,
+    /// Seconds a half-open stage lasts at least before it may advance
+    /// (0: advance on probes alone).
+    pub min_stage_duration: f64,
     pub backoff: f64,
     /// None: no cap.
     pub max_open_duration: Option<f64>,
@@ -91,6 +107,8 @@ impl Default for Options {
             advance_rate: 1.0,
             reopen_rate: None,
             half_open_timeout: None,
+            probe_timeout: ProbeTimeout::OpenDuration,
+            min_stage_duration: 0.0,
             backoff: 1.0,
             max_open_duration: None,
             jitter: 0.0,
@@ -119,8 +137,14 @@ pub struct Config {
     pub advance_rate: f64,
     /// Below this probe success share the breaker reopens (<= advance_rate).
     pub reopen_rate: f64,
-    /// How long a half-open stage may take; None: no limit.
+    /// How long a round of a half-open stage may take; None: no limit.
     pub half_open_timeout: Option<Nanos>,
+    /// How long a probe may stay unsettled before it counts as failed;
+    /// None: forever.
+    pub probe_timeout: Option<Nanos>,
+    /// How long a half-open stage lasts at least before it may advance
+    /// (0: no minimum).
+    pub min_stage_duration: Nanos,
     /// Multiplier of the open duration for each reopen from half-open (>= 1).
     pub backoff: f64,
     /// Cap of the backed-off open duration; None: no cap.
@@ -148,6 +172,17 @@ impl Config {
             .half_open_timeout
             .map(|s| check_secs("half_open_timeout", "nil or a finite number of seconds > 0", s))
             .transpose()?;
+        let probe_timeout = match o.probe_timeout {
+            ProbeTimeout::OpenDuration => Some(open_duration),
+            ProbeTimeout::Never => None,
+            ProbeTimeout::Seconds(s) => Some(check_secs("probe_timeout", "nil, false or a finite number of seconds > 0", s)?),
+        };
+        const STAGE: &str = "a finite number of seconds >= 0, at most half_open_timeout";
+        let min_stage_duration = check_f64("min_stage_duration", STAGE, o.min_stage_duration, 0.0, false, f64::MAX)?;
+        if o.half_open_timeout.is_some_and(|h| min_stage_duration > h) {
+            return Err(out_of_range("min_stage_duration", STAGE, min_stage_duration));
+        }
+        let min_stage_duration = nanos_from_secs(min_stage_duration);
         let backoff = check_f64("backoff", "a finite Float >= 1.0", o.backoff, 1.0, false, f64::MAX)?;
         let max_open_duration = match o.max_open_duration {
             None => None,
@@ -172,6 +207,8 @@ impl Config {
             advance_rate,
             reopen_rate,
             half_open_timeout,
+            probe_timeout,
+            min_stage_duration,
             backoff,
             max_open_duration,
             jitter,
@@ -242,6 +279,34 @@ mod tests {
         assert_eq!(with(|o| o.max_open_duration = Some(1.0)).unwrap_err().name, "max_open_duration");
         assert_eq!(with(|o| o.jitter = 1.0).unwrap_err().name, "jitter");
         assert_eq!(with(|o| o.half_open_timeout = Some(-1.0)).unwrap_err().name, "half_open_timeout");
+        assert_eq!(with(|o| o.probe_timeout = ProbeTimeout::Seconds(0.0)).unwrap_err().name, "probe_timeout");
+        assert_eq!(with(|o| o.probe_timeout = ProbeTimeout::Seconds(f64::NAN)).unwrap_err().name, "probe_timeout");
+        assert_eq!(with(|o| o.min_stage_duration = -1.0).unwrap_err().name, "min_stage_duration");
+        assert_eq!(with(|o| o.min_stage_duration = f64::INFINITY).unwrap_err().name, "min_stage_duration");
+    }
+
+    #[test]
+    fn probe_timeout_defaults_to_open_duration_and_false_means_never() {
+        let c = with(|o| o.open_duration = 7.0).unwrap();
+        assert_eq!(c.probe_timeout, Some(7_000_000_000));
+        assert_eq!(with(|o| o.probe_timeout = ProbeTimeout::Never).unwrap().probe_timeout, None);
+        assert_eq!(with(|o| o.probe_timeout = ProbeTimeout::Seconds(0.5)).unwrap().probe_timeout, Some(500_000_000));
+    }
+
+    #[test]
+    fn min_stage_duration_is_at_most_half_open_timeout() {
+        assert_eq!(with(|o| o.min_stage_duration = 2.0).unwrap().min_stage_duration, 2_000_000_000);
+        let e = with(|o| {
+            o.half_open_timeout = Some(1.0);
+            o.min_stage_duration = 2.0
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "min_stage_duration must be a finite number of seconds >= 0, at most half_open_timeout (got 2)");
+        assert!(with(|o| {
+            o.half_open_timeout = Some(2.0);
+            o.min_stage_duration = 2.0
+        })
+        .is_ok());
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl Record {
     /// stay usable (at worst one counter of the cut step is off by one, and
     /// the next transition starts afresh); permits of every other process
     /// stay good, and a probe slot the dead process held is freed by
-    /// `half_open_timeout` (on by default for shared breakers).
+    /// `probe_timeout` (by default `open_duration`).
     pub fn repair(&mut self) {
         self.window.recount();
     }
@@ -222,17 +222,19 @@ mod tests {
         assert_eq!(r.window.counts(0).failures, 2);
     }
 
-    #[test]
-    fn a_forked_child_frees_the_probe_slots_of_threads_it_does_not_have() {
+    /// Forks while a probe is out (taken on another thread when `elsewhere`);
+    /// returns whether the child could take a probe of its own.
+    fn child_gets_a_probe_after_fork(elsewhere: bool) -> bool {
         use crate::config::{Config, Options};
         use crate::state::{Decision, State};
         let cfg = Config::new(&Options { half_open_calls: 1, ..Options::default() }).unwrap();
         let mut h = HeapRecord::new(&WindowSpec::Count { size: 4, slow_threshold_ms: 800.0 }, 1).unwrap();
         let r = h.get();
         r.breaker.trip(&mut r.window, &cfg, 0);
-        let (d, _) = r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration);
-        assert!(matches!(d, Decision::Allowed(_)));
-        assert_eq!(r.breaker.state(), State::HalfOpen);
+        let mut take = || matches!(r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration).0, Decision::Allowed(_));
+        let taken = if elsewhere { std::thread::scope(|s| s.spawn(take).join().unwrap()) } else { take() };
+        assert!(taken);
+        assert_eq!(h.get().breaker.state(), State::HalfOpen);
         // SAFETY: the child only touches its copy of the record, then exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
@@ -244,9 +246,19 @@ mod tests {
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert_eq!(libc::WEXITSTATUS(status), 0, "the child got the slot");
         let r = h.get();
         assert!(matches!(r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration).0, Decision::Rejected(_)));
+        libc::WEXITSTATUS(status) == 0
+    }
+
+    #[test]
+    fn a_forked_child_frees_the_probe_slots_of_threads_it_does_not_have() {
+        assert!(child_gets_a_probe_after_fork(true));
+    }
+
+    #[test]
+    fn a_forked_child_keeps_the_probe_of_the_thread_that_forked_and_the_quota_holds() {
+        assert!(!child_gets_a_probe_after_fork(false));
     }
 
     #[test]

@@ -227,6 +227,8 @@ impl crate::config::Config {
         h.f64(self.advance_rate)
             .f64(self.reopen_rate)
             .i64(self.half_open_timeout.unwrap_or(-1))
+            .i64(self.probe_timeout.unwrap_or(-1))
+            .i64(self.min_stage_duration)
             .f64(self.backoff)
             .i64(self.max_open_duration.unwrap_or(-1))
             .f64(self.jitter)

@@ -14,12 +14,16 @@
 //! - entering closed or open empties the window;
 //! - timers are lazy: a breaker opened at `t` is half-open from
 //!   `t + open_for` on, whenever that is noticed; a stage begins when it is
-//!   entered (noticed), and times out `half_open_timeout` after that.
+//!   entered (noticed), and a round of it times out `half_open_timeout`
+//!   after the round began; a probe not settled `probe_timeout` after its
+//!   admission counts as a failed probe (the earlier deadline first);
+//! - a stage advances only when a round passes at or after
+//!   `entered_at + min_stage_duration`; an earlier pass starts a new round.
 
-use crate::clock::Nanos;
+use crate::clock::{millis_from_nanos, Nanos};
 use crate::config::Config;
 use crate::counters::Counters;
-use crate::ramp::{Stage, Verdict};
+use crate::ramp::{Cohort, Stage, Verdict, TAG_LIMIT};
 use crate::window::{Buckets, Counts, Slots, Window};
 
 /// The breaker's states.
@@ -63,6 +67,8 @@ pub enum Reason {
     CoolDownElapsed,
     /// A half-open stage took longer than `half_open_timeout`.
     HalfOpenTimeout,
+    /// A probe not settled within `probe_timeout` failed the stage.
+    ProbeTimeout,
     /// `trip!`, `reset!`, `force_open!` or `disable!`.
     Manual,
 }
@@ -74,12 +80,29 @@ pub struct Permit {
     pub generation: u64,
     /// Whether it holds a half-open probe slot.
     pub probe: bool,
+    /// A probe's cohort tag (`ramp::Cohort`); 0 for other permits.
+    pub cohort: u32,
+}
+
+/// Bits of a generation that [`Permit::to_bits`] keeps: generations are
+/// compared on these bits only (2^43 transitions never happen).
+const GENERATION_MASK: u64 = (1 << 43) - 1;
+
+/// Whether two generations are the same, as a permit's bits carry them.
+fn same_generation(a: u64, b: u64) -> bool {
+    (a ^ b) & GENERATION_MASK == 0
 }
 
 impl Permit {
-    /// The permit as one integer (for callers that keep permits as numbers).
+    /// The permit as one integer (for callers that keep permits as
+    /// numbers): 43 bits of generation, 20 of cohort, 1 of probe.
     pub fn to_bits(self) -> u64 {
-        (self.generation << 1) | u64::from(self.probe)
+        ((self.generation & GENERATION_MASK) << 21) | (u64::from(self.cohort % TAG_LIMIT) << 1) | u64::from(self.probe)
+    }
+
+    /// Whether `self` and `other` come from one generation.
+    pub fn same_generation(self, other: Permit) -> bool {
+        same_generation(self.generation, other.generation)
     }
 
     /// The permit a call gets from a breaker whose [`Breaker::published`]
@@ -89,14 +112,14 @@ impl Permit {
         const CLOSED: u64 = State::Closed as u64;
         const DISABLED: u64 = State::Disabled as u64;
         match word & 7 {
-            CLOSED | DISABLED => Some(Self { generation: word >> 3, probe: false }),
+            CLOSED | DISABLED => Some(Self { generation: word >> 3, probe: false, cohort: 0 }),
             _ => None,
         }
     }
 
     /// The inverse of [`Permit::to_bits`].
     pub fn from_bits(bits: u64) -> Self {
-        Self { generation: bits >> 1, probe: bits & 1 == 1 }
+        Self { generation: bits >> 21, probe: bits & 1 == 1, cohort: ((bits >> 1) as u32) % TAG_LIMIT }
     }
 }
 
@@ -233,7 +256,7 @@ impl Breaker {
             opened_at: 0,
             open_for: 0,
             open_base: 0,
-            stage: Stage::new(0, 0),
+            stage: Stage::new(0, 0, 0),
             counters: Counters::default(),
             tripped: Counts::default(),
             rng: seed,
@@ -290,10 +313,11 @@ impl Breaker {
 
     /// In a forked child: the probes other threads of the parent were
     /// running will never report back (those threads do not exist here), so
-    /// their slots are freed. The forking thread's own permits stay valid.
+    /// their slots are freed. The forking thread's own permits stay valid,
+    /// and keep their slots.
     pub fn after_fork(&mut self) {
         if self.state == State::HalfOpen {
-            self.stage.forget_in_flight();
+            self.stage.after_fork(Cohort::thread_id());
         }
     }
 
@@ -313,15 +337,14 @@ impl Breaker {
     ) -> (Decision, Transitions) {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
-        let permit = |probe| Decision::Allowed(Permit { generation: self.generation, probe });
+        let generation = self.generation;
         let decision = match self.state {
-            State::Closed | State::Disabled => permit(false),
+            State::Closed | State::Disabled => Decision::Allowed(Permit { generation, probe: false, cohort: 0 }),
             State::HalfOpen => {
                 let share = cfg.ramp[self.stage.index as usize];
-                if self.stage.admit(share, cfg.half_open_calls) {
-                    permit(true)
-                } else {
-                    self.reject(State::HalfOpen, Some(0))
+                match self.stage.admit(share, cfg.half_open_calls, now, Cohort::thread_id()) {
+                    Some(cohort) => Decision::Allowed(Permit { generation, probe: true, cohort }),
+                    None => self.reject(State::HalfOpen, Some(0)),
                 }
             }
             State::Open => self.reject(State::Open, Some(self.remaining(now))),
@@ -331,7 +354,7 @@ impl Breaker {
     }
 
     /// Settles a permitted call finished at `now`. An outcome from an
-    /// older generation is dropped.
+    /// older generation, or of a probe that timed out, is dropped.
     pub fn complete<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
@@ -343,7 +366,10 @@ impl Breaker {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         self.counters.settled(outcome, w.slow_threshold_ms());
-        if permit.generation != self.generation {
+        if !same_generation(permit.generation, self.generation) {
+            return out;
+        }
+        if self.state == State::HalfOpen && permit.probe && !self.stage.settle(permit.cohort) {
             return out;
         }
         match (self.state, outcome) {
@@ -353,7 +379,7 @@ impl Breaker {
                 w.record(duration_ms, success, now);
                 let passed = success && duration_ms < w.slow_threshold_ms();
                 let verdict = self.stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
-                self.judge(verdict, w, cfg, now, &mut out);
+                self.judge(verdict, Reason::ProbeFailed, w, cfg, now, &mut out);
             }
             (State::Closed | State::Disabled, _) => self.record_closed(w, cfg, outcome, now, &mut out),
             _ => {}
@@ -432,13 +458,47 @@ impl Breaker {
                 self.enter(State::HalfOpen, Reason::CoolDownElapsed, w, cfg, now, out);
             }
             State::HalfOpen => {
-                if let Some(timeout) = cfg.half_open_timeout {
-                    if now >= self.stage.started_at.saturating_add(timeout) {
-                        self.enter(State::Open, Reason::HalfOpenTimeout, w, cfg, now, out);
-                    }
+                let round_deadline = cfg.half_open_timeout.map(|t| self.stage.started_at.saturating_add(t));
+                if let Some(timeout) = cfg.probe_timeout {
+                    // Probes due before the round's own deadline fail first.
+                    let until = round_deadline.map_or(now, |d| now.min(d.saturating_sub(1)));
+                    self.expire_probes(timeout, until, w, cfg, now, out);
+                }
+                let round_deadline = cfg.half_open_timeout.map(|t| self.stage.started_at.saturating_add(t));
+                if self.state == State::HalfOpen && round_deadline.is_some_and(|d| now >= d) {
+                    self.enter(State::Open, Reason::HalfOpenTimeout, w, cfg, now, out);
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Counts the probes not settled `timeout` after their admission (as of
+    /// `until`) as failed probes, oldest first, until the stage decides.
+    fn expire_probes<S: Slots, B: Buckets>(
+        &mut self,
+        timeout: Nanos,
+        until: Nanos,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
+        let generation = self.generation;
+        while self.state == State::HalfOpen && self.generation == generation {
+            let due = self.stage.expire(timeout, until);
+            if due == 0 {
+                return;
+            }
+            for _ in 0..due {
+                // Recorded as what it was: a call that failed after at least `timeout`.
+                w.record(millis_from_nanos(timeout), false, now);
+                let verdict = self.stage.finish(false, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
+                if verdict != Verdict::Pending {
+                    self.judge(verdict, Reason::ProbeTimeout, w, cfg, now, out);
+                    break;
+                }
+            }
         }
     }
 
@@ -471,28 +531,37 @@ impl Breaker {
         }
     }
 
+    /// Acts on a stage's verdict; a reopen is for `reopen_reason`.
     fn judge<S: Slots, B: Buckets>(
         &mut self,
         verdict: Verdict,
+        reopen_reason: Reason,
         w: &mut Window<S, B>,
         cfg: &Config,
         now: Nanos,
         out: &mut Transitions,
     ) {
+        // A stage advances only once it has lasted min_stage_duration; a
+        // round that passes earlier starts the stage over (SPEC.md §3.1).
+        let lasted = now >= self.stage.entered_at.saturating_add(cfg.min_stage_duration);
         match verdict {
             Verdict::Pending => {}
-            Verdict::Reopen => self.enter(State::Open, Reason::ProbeFailed, w, cfg, now, out),
-            Verdict::Restart => self.begin_stage(self.stage.index, now),
+            Verdict::Reopen => self.enter(State::Open, reopen_reason, w, cfg, now, out),
+            Verdict::Restart => self.new_round(now),
+            Verdict::Advance if !lasted => self.new_round(now),
             Verdict::Advance if (self.stage.index as usize) + 1 < cfg.ramp.len() => {
-                self.begin_stage(self.stage.index + 1, now)
+                self.generation = self.generation.wrapping_add(1);
+                self.stage = Stage::new(self.stage.index + 1, now, now);
             }
             Verdict::Advance => self.enter(State::Closed, Reason::ProbesPassed, w, cfg, now, out),
         }
     }
 
-    fn begin_stage(&mut self, index: u32, now: Nanos) {
+    /// The stage starts over: a new round with a new generation, the same
+    /// share, a fresh quota, and the stage's entry time kept.
+    fn new_round(&mut self, now: Nanos) {
         self.generation = self.generation.wrapping_add(1);
-        self.stage = Stage::new(index, now);
+        self.stage = Stage::new(self.stage.index, self.stage.entered_at, now);
     }
 
     fn enter<S: Slots, B: Buckets>(
@@ -526,7 +595,7 @@ impl Breaker {
                 self.open_for = self.next_open_duration(from, reason, cfg);
                 self.opened_at = now;
             }
-            State::HalfOpen => self.stage = Stage::new(0, now),
+            State::HalfOpen => self.stage = Stage::new(0, now, now),
             State::ForcedOpen | State::Disabled => {}
         }
         if from != to {

@@ -5,7 +5,7 @@
 use super::*;
 use super::Reason::*;
 use super::State::*;
-use crate::config::Options;
+use crate::config::{Options, ProbeTimeout};
 use crate::window::{CountWindow, TimeWindow};
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -1382,9 +1382,9 @@ fn a_wrapping_generation_still_drops_stale_permits() {
 #[test]
 fn a_permit_survives_its_bit_encoding() {
     for p in [
-        Permit { generation: 0, probe: false },
-        Permit { generation: 7, probe: true },
-        Permit { generation: u64::MAX >> 1, probe: true },
+        Permit { generation: 0, probe: false, cohort: 0 },
+        Permit { generation: 7, probe: true, cohort: 3 },
+        Permit { generation: (1 << 43) - 1, probe: true, cohort: (1 << 20) - 1 },
     ] {
         assert_eq!(Permit::from_bits(p.to_bits()), p);
     }
@@ -1394,11 +1394,242 @@ fn a_permit_survives_its_bit_encoding() {
 fn the_published_word_admits_without_the_lock_only_closed_or_disabled() {
     let mut rig = Rig::new(10, |_| {});
     let word = rig.b.published();
-    assert_eq!(Permit::admitting(word), Some(Permit { generation: rig.b.generation(), probe: false }));
+    assert_eq!(Permit::admitting(word), Some(Permit { generation: rig.b.generation(), probe: false, cohort: 0 }));
     rig.b.trip(&mut rig.w, &rig.cfg, 0);
     assert_eq!(Permit::admitting(rig.b.published()), None);
     rig.b.disable(&mut rig.w, &rig.cfg, 0);
     assert_eq!(Permit::admitting(rig.b.published()).map(|p| p.generation), Some(rig.b.generation()));
     rig.b.force_open(&mut rig.w, &rig.cfg, 0);
     assert_eq!(Permit::admitting(rig.b.published()), None);
+}
+
+// ---------------------------------------------------------------------------
+// probe_timeout (SPEC §3.1): a probe not settled in time is a failed probe
+// ---------------------------------------------------------------------------
+
+#[test]
+fn an_unsettled_probe_fails_open_duration_after_its_admission_by_default() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.half_open_calls = 1;
+    });
+    let half = r.half_open(0);
+    let hung = r.permit(half + SEC); // admitted 1 s into half-open
+    assert!(!r.admitted(half + SEC), "its slot is taken");
+    assert_eq!(r.state(half + 11 * SEC - 1), HalfOpen);
+    let t = r.tick(half + 11 * SEC);
+    assert_eq!(changes(&t), [(HalfOpen, Open, ProbeTimeout)]);
+    // Its late outcome decides nothing.
+    assert!(r.complete(hung, OK, half + 12 * SEC).is_empty());
+    assert_eq!(r.state(half + 12 * SEC), Open);
+}
+
+#[test]
+fn probe_timeout_false_waits_forever() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.half_open_calls = 1;
+        o.probe_timeout = ProbeTimeout::Never;
+    });
+    let half = r.half_open(0);
+    let hung = r.permit(half);
+    assert_eq!(r.state(i64::MAX), HalfOpen);
+    assert!(!r.admitted(i64::MAX));
+    assert_eq!(changes(&r.complete(hung, FAIL, i64::MAX)), [(HalfOpen, Open, ProbeFailed)]);
+}
+
+#[test]
+fn each_probe_times_out_from_its_own_admission_and_a_timed_out_one_decides_nothing_late() {
+    // 4 probes; advance at 75 %, reopen below 50 %: one timed-out probe
+    // leaves the stage undecided.
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.half_open_calls = 4;
+        o.advance_rate = 0.75;
+        o.reopen_rate = Some(0.5);
+        o.probe_timeout = ProbeTimeout::Seconds(2.0);
+    });
+    let half = r.half_open(0);
+    let early = r.permit(half);
+    let p2 = r.permit(half + SEC);
+    let p3 = r.permit(half + SEC);
+    let p4 = r.permit(half + SEC);
+    assert!(r.tick(half + 2 * SEC).is_empty(), "the early probe failed; 3 of 4 can still pass");
+    assert_eq!(r.b.probes_in_flight(), 3);
+    // Reporting late, it neither counts nor frees a slot a second time.
+    assert!(r.complete(early, FAIL, half + 2 * SEC).is_empty());
+    assert_eq!(r.b.probes_in_flight(), 3);
+    r.complete(p2, OK, half + 2 * SEC);
+    r.complete(p3, OK, half + 2 * SEC);
+    let t = r.complete(p4, OK, half + 2 * SEC);
+    assert_eq!(changes(&t), [(HalfOpen, Closed, ProbesPassed)], "3 of 4 = advance_rate");
+}
+
+#[test]
+fn a_timed_out_probe_never_settles_another_probe_of_the_stage_in_its_place() {
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.half_open_calls = 3;
+        o.advance_rate = 0.6;
+        o.reopen_rate = Some(0.3);
+        o.probe_timeout = ProbeTimeout::Seconds(1.0);
+    });
+    let half = r.half_open(0);
+    let stale = r.permit(half);
+    let fresh = r.permit(half + SEC / 2);
+    r.tick(half + SEC); // `stale` failed
+    assert!(r.complete(stale, OK, half + SEC).is_empty());
+    assert_eq!(r.b.probes_in_flight(), 1, "`fresh` still holds its slot");
+    r.complete(fresh, OK, half + SEC);
+    assert_eq!(r.b.probes_in_flight(), 0);
+}
+
+#[test]
+fn the_earlier_of_a_probes_and_the_rounds_deadline_decides_the_reason() {
+    let both = |probe: f64| {
+        let mut r = Rig::new(10, |o| {
+            o.min_calls = 1;
+            o.open_duration = 10.0;
+            o.half_open_timeout = Some(5.0);
+            o.probe_timeout = ProbeTimeout::Seconds(probe);
+        });
+        let half = r.half_open(0);
+        r.permit(half);
+        // Both deadlines have passed when it is noticed.
+        changes(&r.tick(half + 100 * SEC))
+    };
+    assert_eq!(both(4.0), [(HalfOpen, Open, ProbeTimeout)]);
+    assert_eq!(both(5.0), [(HalfOpen, Open, HalfOpenTimeout)]);
+    assert_eq!(both(6.0), [(HalfOpen, Open, HalfOpenTimeout)]);
+}
+
+#[test]
+fn a_stale_closed_permit_never_settles_a_probe() {
+    let mut r = Rig::new(10, |o| o.min_calls = 1);
+    let abandoned = r.permit(0); // closed; its call raised, unreported
+    let half = r.half_open(0);
+    let probe = r.permit(half);
+    assert!(r.complete(abandoned, OK, half).is_empty());
+    assert_eq!(r.b.probes_in_flight(), 1);
+    r.complete(probe, OK, half);
+    assert_eq!(r.b.probes_in_flight(), 0);
+}
+
+#[test]
+fn many_unsettled_probes_of_many_instants_time_out_early_at_worst_never_late() {
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.half_open_calls = 100;
+        o.advance_rate = 0.01;
+        o.reopen_rate = Some(0.0);
+        o.probe_timeout = ProbeTimeout::Seconds(100.0);
+    });
+    let half = r.half_open(0);
+    for i in 0..50 {
+        r.permit(half + i * SEC);
+    }
+    // The last probe (admitted at +49 s) is due at +149 s at the latest.
+    r.tick(half + 149 * SEC);
+    assert_eq!(r.b.probes_in_flight(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// min_stage_duration (SPEC §3.1): stages that last
+// ---------------------------------------------------------------------------
+
+fn lasting(d: f64) -> Rig {
+    Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.ramp = vec![0.5, 1.0];
+        o.half_open_calls = 2;
+        o.min_stage_duration = d;
+        o.probe_timeout = ProbeTimeout::Never;
+    })
+}
+
+/// Admits the stage's two probes at `now` (asking until both are issued)
+/// and lets them succeed at `now`; returns the transitions of the last.
+fn pass_round(r: &mut Rig, now: Nanos) -> Transitions {
+    let mut permits = Vec::new();
+    for _ in 0..10 {
+        if let Decision::Allowed(p) = r.acquire(now).0 {
+            permits.push(p);
+        }
+        if permits.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(permits.len(), 2, "a fresh quota of probes at {now}");
+    r.complete(permits[0], OK, now);
+    r.complete(permits[1], OK, now)
+}
+
+#[test]
+fn a_round_that_passes_before_min_stage_duration_starts_a_new_round_of_the_same_stage() {
+    let mut r = lasting(5.0);
+    let e = r.half_open(0);
+    let g = r.b.generation();
+    assert!(pass_round(&mut r, e + SEC).is_empty());
+    let m = r.metrics(e + SEC);
+    assert_eq!((m.state, m.stage, m.admit_share), (HalfOpen, Some(0), 0.5));
+    assert_ne!(r.b.generation(), g, "a new round has a new generation");
+    assert_eq!(r.b.stage.entered_at, e, "starting over keeps the stage's entry time");
+    // Its first call is admitted, with a fresh quota; the share is spaced anew.
+    assert!(pass_round(&mut r, e + 4 * SEC).is_empty());
+    assert_eq!(r.metrics(e + 4 * SEC).stage, Some(0));
+    // The first round that passes at or after e + d advances.
+    assert!(pass_round(&mut r, e + 5 * SEC).is_empty());
+    assert_eq!(r.metrics(e + 5 * SEC).stage, Some(1));
+    // The last stage closes only after it too has lasted d.
+    let s1 = e + 5 * SEC;
+    assert!(pass_round(&mut r, s1 + 5 * SEC - 1).is_empty());
+    assert_eq!(r.state(s1 + 5 * SEC - 1), HalfOpen);
+    assert_eq!(changes(&pass_round(&mut r, s1 + 5 * SEC)), [(HalfOpen, Closed, ProbesPassed)]);
+}
+
+#[test]
+fn a_lasting_stage_reopens_at_once_and_waits_without_traffic() {
+    let mut r = lasting(5.0);
+    let e = r.half_open(0);
+    // No traffic: no timer advances a stage.
+    assert_eq!(r.metrics(e + 1_000 * SEC).stage, Some(0));
+    let p = r.permit(e + 1_000 * SEC);
+    assert!(r.complete(p, OK, e + 1_000 * SEC).is_empty());
+    // One failure reopens, however young the round.
+    let mut r = lasting(5.0);
+    let e = r.half_open(0);
+    let p = r.permit(e);
+    assert_eq!(changes(&r.complete(p, FAIL, e)), [(HalfOpen, Open, ProbeFailed)]);
+}
+
+#[test]
+fn half_open_timeout_counts_from_the_rounds_start_and_probe_timeout_from_each_admission() {
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+        o.half_open_calls = 1;
+        o.min_stage_duration = 4.0;
+        o.half_open_timeout = Some(4.0);
+        o.probe_timeout = ProbeTimeout::Seconds(3.0);
+    });
+    let e = r.half_open(0);
+    let p = r.permit(e + 3 * SEC);
+    r.complete(p, OK, e + 3 * SEC); // passed before e + 4 s: a new round from e + 3 s
+    assert_eq!(r.state(e + 7 * SEC - 1), HalfOpen, "the new round times out at e + 7 s, not e + 4 s");
+    let q = r.permit(e + 5 * SEC);
+    assert_eq!(r.state(e + 7 * SEC - 1), HalfOpen);
+    let t = r.tick(e + 7 * SEC);
+    assert_eq!(changes(&t), [(HalfOpen, Open, HalfOpenTimeout)]);
+    assert!(r.complete(q, OK, e + 7 * SEC).is_empty());
+}
+
+#[test]
+fn zero_min_stage_duration_advances_on_probes_alone() {
+    let mut r = lasting(0.0);
+    let e = r.half_open(0);
+    assert!(pass_round(&mut r, e).is_empty());
+    assert_eq!(r.metrics(e).stage, Some(1));
 }
