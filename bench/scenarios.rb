@@ -18,7 +18,7 @@ module Bench
   # target:, value:, met:}; `value` is what the target is about (a ratio),
   # `met` true/false, or nil where no target applies.
   module Scenarios
-    ALL = %w[success failure rejection threads rates shared].freeze
+    ALL = %w[success failure rejection rejection_as threads rates shared].freeze
 
     IMPLS = {
       bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker", shared: "circuit_breaker shared:"
@@ -146,6 +146,28 @@ module Bench
       [
         row(name, :bare, r[:bare], r[:bare], target: "baseline"),
         row(name, :article, r[:article], r[:bare], target: "≤ 1.0× bare", met: met.(r[:article])),
+        row(name, :gem, r[:gem], r[:bare], target: "≤ 1.0× bare", met: met.(r[:gem]))
+      ]
+    end
+
+    # open rejection with ActiveSupport::Notifications loaded and nobody
+    # subscribed: absent listeners must cost nothing (a process of its own,
+    # since loading ActiveSupport changes every later scenario)
+    def rejection_as
+      require "active_support/notifications"
+      gem = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100), open_duration: 3600)
+      gem.trip!
+      check(!ActiveSupport::Notifications.notifier.listening?("rejected.circuit_breaker"), "rejection_as: a subscriber")
+      rejected = gem.metrics[:rejected]
+      r = Bench.measure({
+                          bare: Bench.plain("begin; r.run { 1 }; rescue StandardError; end", r: Bare::Raise.new),
+                          gem: Bench.plain("begin; r.call { 1 }; rescue CircuitBreaker::OpenError; end", r: gem)
+                        })
+      check(gem.state == :open && gem.metrics[:rejected] > rejected, "rejection_as: #{gem.metrics}")
+      name = "open rejection, ActiveSupport loaded, nobody subscribed"
+      met = ->(x) { Bench.ratio(x, r[:bare]) <= 1.0 }
+      [
+        row(name, :bare, r[:bare], r[:bare], target: "baseline"),
         row(name, :gem, r[:gem], r[:bare], target: "≤ 1.0× bare", met: met.(r[:gem]))
       ]
     end

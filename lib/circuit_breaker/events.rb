@@ -46,6 +46,11 @@ class CircuitBreaker
 
     private
 
+    # Per thread: the breakers whose transitions it is delivering, with
+    # those that came meanwhile (a listener that calls `reset!`).
+    DELIVERING = :__circuit_breaker_delivering
+    private_constant :DELIVERING
+
     # `error_rate` and `slow_call_rate` are the window's just before the
     # transition (entering open empties it): what opened the breaker.
     def __transition(from, to, reason, metrics, error_rate, slow_call_rate, error_class)
@@ -55,16 +60,35 @@ class CircuitBreaker
         event.slow_call_rate = slow_call_rate
         event.error_class = error_class && (error_class.name || error_class.inspect)
       end
+      # A listener that changes the state (`reset!`, `trip!`) causes a
+      # transition while this one is delivered: it waits until every
+      # listener had this one, so all see the transitions in their order.
+      delivering = (Thread.current[DELIVERING] ||= {}.compare_by_identity)
+      if (waiting = delivering[self])
+        waiting << [event, error_rate, slow_call_rate]
+        return nil
+      end
+
+      waiting = delivering[self] = [[event, error_rate, slow_call_rate]]
+      begin
+        while (item = waiting.shift)
+          __deliver(*item)
+        end
+      ensure
+        delivering.delete(self)
+      end
+      nil
+    end
+
+    def __deliver(event, error_rate, slow_call_rate)
       __log(event, error_rate, slow_call_rate)
       @state_listeners&.each { |l| __guard("on_state_change") { l.call(event) } }
-      __instrument("state_change.circuit_breaker", event.to_h)
-      nil
+      __instrument("state_change.circuit_breaker") { event.to_h }
     end
 
     def __rejected(error)
       @reject_listeners&.each { |l| __guard("on_reject") { l.call(error) } }
-      __instrument("rejected.circuit_breaker",
-                   name: name, state: error.state, retry_after: error.retry_after)
+      __instrument("rejected.circuit_breaker") { { name: name, state: error.state, retry_after: error.retry_after } }
       nil
     end
 
@@ -79,16 +103,37 @@ class CircuitBreaker
       end
     end
 
-    def __instrument(event_name, payload)
+    # The payload is built (the block called) only when someone subscribed:
+    # a rejection during an outage costs nothing for absent listeners.
+    def __instrument(event_name)
       return unless defined?(ActiveSupport::Notifications)
 
-      __guard("ActiveSupport::Notifications") { ActiveSupport::Notifications.instrument(event_name, payload) }
+      notifications = ActiveSupport::Notifications
+      notifications.instrument(event_name, yield) if notifications.notifier.listening?(event_name)
+    rescue StandardError => e # as __guard does, without a block on this path
+      __report("ActiveSupport::Notifications listener of #{(name || '(unnamed)').inspect} raised #{__describe(e)}")
     end
 
     def __guard(what)
       yield
     rescue StandardError => e
-      warn "circuit_breaker: #{what} listener of #{(name || '(unnamed)').inspect} raised #{e.class}: #{e.message}"
+      __report("#{what} listener of #{(name || '(unnamed)').inspect} raised #{__describe(e)}")
+    end
+
+    # An exception as text, even one whose `message` raises.
+    def __describe(error)
+      "#{error.class}: #{error.message}"
+    rescue StandardError
+      "#{error.class} (and its message raised)"
+    end
+
+    # Reports with `warn`. Reporting never fails the caller's call: with a
+    # closed $stderr, or a Warning.warn that raises (suites that turn
+    # warnings into errors), the report is lost, not the call's outcome.
+    def __report(text)
+      warn "circuit_breaker: #{text}"
+    rescue StandardError
+      nil
     end
   end
 end

@@ -499,7 +499,10 @@ impl Breaker {
 
         let window = g("window")?;
         let template = shared_of(ruby, window)?;
-        let clock = clock.unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
+        // The breaker's clock, else a TimeWindow's own, else the system's.
+        let clock = clock
+            .or_else(|| template.own_clock().cloned())
+            .unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
         let (shared, window) = match shared_key {
             // The given window is only a template: the live one is in the file.
             Some(key) => {
@@ -512,13 +515,15 @@ impl Breaker {
                 (mapped, window)
             }
             None => {
-                // A TimeWindow without a clock of its own follows its breaker's.
-                let _ = template.clock.set(clock.clone());
                 if !template.attach() {
                     return Err(arg_error(
                         ruby,
                         "window: is already used by another breaker; give each breaker its own window".to_owned(),
                     ));
+                }
+                if let Err(e) = template.follow(ruby, &clock) {
+                    template.detach();
+                    return Err(e);
                 }
                 (template, window)
             }

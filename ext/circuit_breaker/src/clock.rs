@@ -30,6 +30,16 @@ impl ClockSource {
         }
     }
 
+    /// Whether two sources tell the same time (the coarse clock is the
+    /// monotonic one, read at tick resolution).
+    pub fn same_time(&self, other: &ClockSource) -> bool {
+        match (self, other) {
+            (ClockSource::Manual(a), ClockSource::Manual(b)) => Arc::ptr_eq(a, b),
+            (ClockSource::Manual(_), _) | (_, ClockSource::Manual(_)) => false,
+            _ => true,
+        }
+    }
+
     /// The system clock precise enough for calls that are slow from
     /// `slow_threshold_ms` on.
     pub fn monotonic_for(slow_threshold_ms: f64) -> Self {

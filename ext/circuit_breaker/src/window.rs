@@ -83,8 +83,11 @@ pub struct Shared {
     spec: WindowSpec,
     /// Whether a breaker uses this window already.
     attached: AtomicBool,
-    /// The clock a TimeWindow reads: its own `clock:`, else its breaker's,
-    /// else (unset) the monotonic clock.
+    /// A TimeWindow's own `clock:`, if given.
+    own_clock: Option<ClockSource>,
+    /// The clock the window is bound to: its breaker's, else the one its
+    /// first recorded call used. Unset, readers use `own_clock` (else the
+    /// monotonic clock) without binding: reading decides nothing.
     pub clock: OnceLock<ClockSource>,
 }
 
@@ -94,12 +97,40 @@ impl Shared {
         Ok(Self::with_store(Store::Heap(Mutex::new(record)), spec, clock))
     }
 
-    fn with_store(store: Store, spec: WindowSpec, clock: Option<ClockSource>) -> Arc<Self> {
-        let shared = Self { store, published: AtomicU64::new(0), spec, attached: AtomicBool::new(false), clock: OnceLock::new() };
-        if let Some(c) = clock {
-            let _ = shared.clock.set(c);
+    fn with_store(store: Store, spec: WindowSpec, own_clock: Option<ClockSource>) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            published: AtomicU64::new(0),
+            spec,
+            attached: AtomicBool::new(false),
+            own_clock,
+            clock: OnceLock::new(),
+        })
+    }
+
+    /// The TimeWindow's own `clock:`, if given.
+    pub fn own_clock(&self) -> Option<&ClockSource> {
+        self.own_clock.as_ref()
+    }
+
+    /// Binds a window given to a breaker to the breaker's `clock`, so the
+    /// two never disagree about time (docs/semantics-permits.md): a window
+    /// that has recorded nothing takes it, and forgets what reading it
+    /// anchored; a time window that recorded on another clock is refused.
+    pub fn follow(&self, ruby: &Ruby, clock: &ClockSource) -> Result<(), Error> {
+        match self.clock.get() {
+            Some(bound) if matches!(self.spec, WindowSpec::Time { .. }) && !bound.same_time(clock) => Err(arg_error(
+                ruby,
+                "window: has recorded calls on another clock than the breaker's; give the breaker the clock the window \
+                 recorded on, or a window that has recorded nothing"
+                    .to_owned(),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                let _ = self.clock.set(clock.clone());
+                self.with(|r| r.window.reset()).map_err(|b| b.into_error(ruby, self))
+            }
         }
-        Arc::new(shared)
     }
 
     /// The record of a window like this one in the shared file of
@@ -114,7 +145,7 @@ impl Shared {
         let path = key.path().map_err(shm_error)?;
         let record = MappedRecord::open(&key, &path, seed()).map_err(shm_error)?;
         let mapped = Mapped { record, path, wait: AtomicI64::new(LOCK_WAIT), stuck: AtomicBool::new(false) };
-        Ok(Self::with_store(Store::Mapped(mapped), self.spec, self.clock.get().cloned()))
+        Ok(Self::with_store(Store::Mapped(mapped), self.spec, self.own_clock.clone()))
     }
 
     /// The shared file, if the record is in one.
@@ -209,6 +240,11 @@ impl Shared {
         Permit::admitting(self.published().load(Ordering::Acquire))
     }
 
+    /// Gives up a claim whose breaker could not be built.
+    pub fn detach(&self) {
+        self.attached.store(false, Ordering::Release);
+    }
+
     /// Claims the window for a breaker; false when one has it already.
     pub fn attach(&self) -> bool {
         !self.attached.swap(true, Ordering::AcqRel)
@@ -229,8 +265,14 @@ impl Shared {
         }
     }
 
+    /// The time for a reader: the bound clock, else the window's own.
     pub fn now(&self) -> Nanos {
-        self.clock.get().map_or_else(|| ClockSource::Monotonic.now(), ClockSource::now)
+        self.clock.get().or(self.own_clock.as_ref()).map_or_else(|| ClockSource::Monotonic.now(), ClockSource::now)
+    }
+
+    /// The time for a record: the first one binds the window to its clock.
+    fn recording_now(&self) -> Nanos {
+        self.clock.get_or_init(|| self.own_clock.clone().unwrap_or(ClockSource::Monotonic)).now()
     }
 
     fn counts(&self, ruby: &Ruby) -> Result<Counts, Error> {
@@ -434,7 +476,7 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
     let (duration, success) = kw.required;
     let duration_ms = args::duration_ms(ruby, duration)?;
     let shared = rb_self.shared(ruby)?;
-    let now = shared.now();
+    let now = shared.recording_now();
     match shared.with(|r| r.window.record(duration_ms, success.to_bool(), now)) {
         // As a breaker's record: dropped and counted, never raised.
         Err(Blocked::Busy | Blocked::Interrupted) => shared.count_dropped(),

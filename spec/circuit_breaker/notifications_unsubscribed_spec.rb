@@ -1,0 +1,47 @@
+# frozen_string_literal: true
+
+# With ActiveSupport::Notifications loaded and nobody subscribed, a
+# rejection builds no payload and instruments nothing (rake bench has the
+# cost: "open rejection, ActiveSupport loaded, nobody subscribed").
+# Tagged :integration like notifications_spec.rb, which loads ActiveSupport.
+RSpec.describe CircuitBreaker, "ActiveSupport::Notifications with nobody subscribed", :integration do
+  before(:context) { require "active_support/notifications" }
+
+  let(:clock) { CircuitBreaker::ManualClock.new }
+  let(:breaker) { CircuitBreaker.new(name: "quiet", clock: clock, min_calls: 1, open_duration: 30) }
+
+  def reject
+    breaker.call { :never }
+  rescue CircuitBreaker::OpenError
+    nil
+  end
+
+  it "builds no payload and instruments nothing for a rejection" do
+    expect(ActiveSupport::Notifications.notifier.listening?("rejected.circuit_breaker")).to be(false)
+    breaker.trip!
+    3.times { reject } # warm: the notifier's per-name cache
+    allow(ActiveSupport::Notifications).to receive(:instrument).and_call_original
+    counts = {} # reused: count_objects allocates no result Hash
+    hashes = lambda do
+      GC.disable
+      before = ObjectSpace.count_objects(counts)[:T_HASH]
+      100.times { reject }
+      ObjectSpace.count_objects(counts)[:T_HASH] - before
+    ensure
+      GC.enable
+    end
+    expect(hashes.call).to eq(0)
+    expect(breaker.allow?).to be(false)
+    expect(ActiveSupport::Notifications).not_to have_received(:instrument)
+  end
+
+  it "still instruments once someone subscribes" do
+    received = []
+    subscription = ActiveSupport::Notifications.subscribe("rejected.circuit_breaker") { |*args| received << args.last }
+    breaker.trip!
+    reject
+    expect(received).to eq([{ name: "quiet", state: :open, retry_after: 30.0 }])
+  ensure
+    ActiveSupport::Notifications.unsubscribe(subscription)
+  end
+end
