@@ -29,7 +29,7 @@ class CircuitBreaker
       # @return [CircuitBreaker, nil] the breaker registered under `key`,
       #   never creating one
       def lookup(key)
-        LOCK.synchronize { ENTRIES[key]&.first }
+        locked { ENTRIES[key]&.first }
       end
 
       # The options that tell breakers apart, without `name:` (checked
@@ -73,6 +73,18 @@ class CircuitBreaker
         end
       end
 
+      # Runs the block holding LOCK. In a signal handler (`trap`), where
+      # Mutex#lock is refused, it runs on a helper thread that may take it,
+      # unless the handler interrupted this very thread inside the registry
+      # (it cannot wait for itself).
+      def locked(&block)
+        LOCK.synchronize(&block)
+      rescue ThreadError
+        raise if LOCK.owned?
+
+        Thread.new { LOCK.synchronize(&block) }.value
+      end
+
       def mismatch(key, keys)
         ArgumentError.new(
           "CircuitBreaker.for(#{key.inspect}): options differ from the first call's: " \
@@ -111,7 +123,7 @@ class CircuitBreaker
       key = Registry.key(name)
       options = Registry.options_without_name(key, options).freeze
       created = false
-      breaker, registered = Registry::LOCK.synchronize do
+      breaker, registered = Registry.locked do
         Registry::ENTRIES[key] ||= begin
           created = true
           [CircuitBreaker.new(**options, name: key), options].freeze
@@ -134,7 +146,7 @@ class CircuitBreaker
     #   CircuitBreaker.registry["payments"]  # => #<CircuitBreaker "payments" state=closed ...>
     # @return [Hash{String => CircuitBreaker}]
     def registry
-      Registry::LOCK.synchronize { Registry::ENTRIES.transform_values(&:first) }.freeze
+      Registry.locked { Registry::ENTRIES.transform_values(&:first) }.freeze
     end
 
     # Resets every registered breaker (`reset!`: closed, window emptied),
@@ -157,7 +169,7 @@ class CircuitBreaker
     #   RSpec.configure { |c| c.after { CircuitBreaker.forget_all! } }
     # @return [nil]
     def forget_all!
-      Registry::LOCK.synchronize { Registry::ENTRIES.clear }
+      Registry.locked { Registry::ENTRIES.clear }
       nil
     end
   end

@@ -327,12 +327,12 @@ RSpec.describe CircuitBreaker, "bad input" do
       end
     end
 
-    it "accepts ManualClock.new(±1e300) and advance(1e300), saturating at about ±292 years" do
-      expect(CircuitBreaker::ManualClock.new(1e300).now).to be_within(1).of(2**63 / 1e9)
-      expect(CircuitBreaker::ManualClock.new(-1e300).now).to be_within(1).of(-2**63 / 1e9)
+    it "accepts ManualClock.new(±9.2e9) and advances up to about 292 years (beyond: bad_input_values_spec.rb)" do
+      expect(CircuitBreaker::ManualClock.new(9.2e9).now).to eq(9.2e9)
+      expect(CircuitBreaker::ManualClock.new(-9.2e9).now).to eq(-9.2e9)
       expect(CircuitBreaker::ManualClock.new(-5).now).to eq(-5.0)
       c = CircuitBreaker::ManualClock.new
-      expect(c.advance(1e300).advance(huge_int).now).to be_within(1).of(2**63 / 1e9)
+      expect(c.advance(9.2e9).now).to eq(9.2e9)
     end
 
     it "accepts a huge finite duration_ms (a slow call)" do

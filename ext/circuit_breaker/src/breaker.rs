@@ -31,7 +31,7 @@ use magnus::symbol::IntoSymbol;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::errors::{arg_error, config_error, not_initialized, refuse_copy, type_error, FAILURE, OPEN_ERROR};
+use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy, type_error, FAILURE, OPEN_ERROR};
 use crate::window::{shared_of, Blocked, Shared};
 
 /// A `CircuitBreaker` object: allocated empty, set up once by
@@ -485,7 +485,7 @@ impl Breaker {
             max_open_duration: opt_float("max_open_duration")?,
             jitter: float("jitter")?,
         };
-        let cfg = Config::new(&options).map_err(|e| config_error(ruby, e))?;
+        let cfg = Config::new(&options).map_err(|e| config_error_given(ruby, e, |name| g(name).ok()))?;
         let record_errors = Matchers::parse(ruby, "record_errors", g("record_errors")?)?;
         let ignore_errors = Matchers::parse(ruby, "ignore_errors", g("ignore_errors")?)?;
         let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
@@ -548,12 +548,13 @@ impl Breaker {
     /// each checked by the core under the name the caller wrote (SPEC §3.4;
     /// lib/circuit_breaker/options.rb decides when they apply).
     fn seed_probes(ruby: &Ruby, ratio: Value, window: Value) -> Result<(f64, Option<i64>), Error> {
-        let r = probe_ratio(args::float(ruby, "probe_ratio", ratio)?).map_err(|e| config_error(ruby, e))?;
+        let given = |name: &str| Some(if name == "probe_ratio" { ratio } else { window });
+        let r = probe_ratio(args::float(ruby, "probe_ratio", ratio)?).map_err(|e| config_error_given(ruby, e, given))?;
         if window.is_nil() {
             return Ok((r, None));
         }
         let w = args::integer(ruby, "half_open_window", window)?;
-        Ok((r, Some(probe_quota(w, r).map_err(|e| config_error(ruby, e))?)))
+        Ok((r, Some(probe_quota(w, r).map_err(|e| config_error_given(ruby, e, given))?)))
     }
 
     /// Runs the Ruby listeners of `tr` (no lock held, no jump pending).

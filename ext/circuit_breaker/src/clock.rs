@@ -2,12 +2,12 @@
 
 use std::sync::{Arc, OnceLock};
 
-use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
+use circuit_breaker_core::clock::secs_from_nanos;
 use circuit_breaker_core::{Clock, CoarseClock, ManualClock as CoreManualClock, MonotonicClock, Nanos};
 use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, Ruby, Value};
 
 use crate::args;
-use crate::errors::{arg_error, not_initialized, refuse_copy};
+use crate::errors::{config_error_given, not_initialized, refuse_copy};
 
 /// Where `now` comes from. Reading it never calls Ruby.
 #[derive(Clone, Debug)]
@@ -68,16 +68,6 @@ impl ClockSource {
 #[magnus::wrap(class = "CircuitBreaker::ManualClock", free_immediately, size)]
 pub struct ManualClock(OnceLock<Arc<CoreManualClock>>);
 
-fn finite_secs(ruby: &Ruby, name: &str, v: Value, min: f64) -> Result<f64, Error> {
-    let secs = args::float(ruby, name, v)?;
-    if secs.is_finite() && secs >= min {
-        Ok(secs)
-    } else {
-        let range = if min == 0.0 { "a finite Numeric >= 0" } else { "a finite Numeric" };
-        Err(arg_error(ruby, format!("{name} must be {range} (got {secs})")))
-    }
-}
-
 impl ManualClock {
     fn get(&self, ruby: &Ruby) -> Result<&Arc<CoreManualClock>, Error> {
         self.0.get().ok_or_else(|| not_initialized(ruby, "CircuitBreaker::ManualClock"))
@@ -85,8 +75,9 @@ impl ManualClock {
 
     /// `initialize`'s native half.
     fn setup(ruby: &Ruby, rb_self: &Self, start: Value) -> Result<(), Error> {
-        let start = finite_secs(ruby, "start", start, f64::MIN)?;
-        rb_self.0.set(Arc::new(CoreManualClock::new(nanos_from_secs(start)))).map_err(|_| {
+        let clock = CoreManualClock::starting_at(args::float(ruby, "start", start)?)
+            .map_err(|e| config_error_given(ruby, e, |_| Some(start)))?;
+        rb_self.0.set(Arc::new(clock)).map_err(|_| {
             Error::new(ruby.exception_runtime_error(), "CircuitBreaker::ManualClock is already initialized")
         })
     }
@@ -96,8 +87,9 @@ impl ManualClock {
     }
 
     fn advance(ruby: &Ruby, rb_self: Obj<Self>, seconds: Value) -> Result<Obj<Self>, Error> {
-        let secs = finite_secs(ruby, "seconds", seconds, 0.0)?;
-        rb_self.get(ruby)?.advance(nanos_from_secs(secs));
+        let clock = rb_self.get(ruby)?;
+        let secs = args::float(ruby, "seconds", seconds)?;
+        clock.advance_secs(secs).map_err(|e| config_error_given(ruby, e, |_| Some(seconds)))?;
         Ok(rb_self)
     }
 

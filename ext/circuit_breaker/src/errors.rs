@@ -82,3 +82,33 @@ pub fn not_initialized(ruby: &Ruby, class: &str) -> Error {
 pub fn refuse_copy(ruby: &Ruby, rb_self: Value, _original: Value) -> Result<(), Error> {
     Err(Error::new(ruby.exception_type_error(), format!("can't copy {}", rb_self.class().inspect())))
 }
+
+/// A value as the caller wrote it, for an error message: its `inspect`,
+/// cut short (an Array shows its first elements and its length), so an
+/// Integer too big for the core shows whole and a huge Array stays short.
+pub fn shown(v: Value) -> String {
+    const MAX: usize = 64;
+    let cut = |s: String| {
+        if s.chars().count() > MAX {
+            format!("{}...", s.chars().take(MAX - 3).collect::<String>())
+        } else {
+            s
+        }
+    };
+    if let Some(ary) = magnus::RArray::from_value(v) {
+        if ary.len() > 4 {
+            let head: Vec<String> = (0..3).filter_map(|i| ary.entry::<Value>(i).ok()).map(|x| cut(x.inspect())).collect();
+            return format!("[{}, ... ({} elements)]", head.join(", "), ary.len());
+        }
+    }
+    cut(v.inspect())
+}
+
+/// A value outside its range, shown as the caller passed it: `given`
+/// looks the value up by the option's name.
+pub fn config_error_given(ruby: &Ruby, mut e: ConfigError, given: impl Fn(&str) -> Option<Value>) -> Error {
+    if let Some(v) = given(e.name) {
+        e.got = shown(v);
+    }
+    config_error(ruby, e)
+}

@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::errors::{arg_error, config_error, not_initialized, refuse_copy};
+use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy};
 
 enum Store {
     Heap(Mutex<HeapRecord>),
@@ -92,8 +92,15 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn new(ruby: &Ruby, spec: WindowSpec, clock: Option<ClockSource>) -> Result<Arc<Self>, Error> {
-        let record = HeapRecord::new(&spec, seed()).map_err(|e| config_error(ruby, e))?;
+    /// A window of `spec`; `given` looks up the value the caller passed for
+    /// an option, for the error message.
+    fn new(
+        ruby: &Ruby,
+        spec: WindowSpec,
+        clock: Option<ClockSource>,
+        given: impl Fn(&str) -> Option<Value>,
+    ) -> Result<Arc<Self>, Error> {
+        let record = HeapRecord::new(&spec, seed()).map_err(|e| config_error_given(ruby, e, given))?;
         Ok(Self::with_store(Store::Heap(Mutex::new(record)), spec, clock))
     }
 
@@ -393,10 +400,11 @@ pub fn wrap(ruby: &Ruby, shared: Arc<Shared>) -> Value {
 impl SlidingWindow {
     /// `initialize`'s native half: the keywords converted (ranges are the
     /// core's to check).
-    fn setup(ruby: &Ruby, rb_self: &Self, size: Value, slow_threshold_ms: Value) -> Result<(), Error> {
+    fn setup(ruby: &Ruby, rb_self: &Self, size: Value, slow: Value) -> Result<(), Error> {
+        let given = |name: &str| Some(if name == "size" { size } else { slow });
         let size = args::integer(ruby, "size", size)?;
-        let slow_threshold_ms = args::float(ruby, "slow_threshold_ms", slow_threshold_ms)?;
-        rb_self.set(ruby, Shared::new(ruby, WindowSpec::Count { size, slow_threshold_ms }, None)?)
+        let slow_threshold_ms = args::float(ruby, "slow_threshold_ms", slow)?;
+        rb_self.set(ruby, Shared::new(ruby, WindowSpec::Count { size, slow_threshold_ms }, None, given)?)
     }
 
     fn size(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
@@ -423,12 +431,19 @@ impl TimeWindow {
     /// `initialize`'s native half: the keywords converted (ranges are the
     /// core's to check).
     fn setup(ruby: &Ruby, rb_self: &Self, seconds: Value, buckets: Value, slow: Value, clock: Value) -> Result<(), Error> {
-        let seconds = args::float(ruby, "seconds", seconds)?;
-        let buckets = args::integer(ruby, "buckets", buckets)?;
-        let slow_threshold_ms = args::float(ruby, "slow_threshold_ms", slow)?;
+        let given = |name: &str| match name {
+            "seconds" => Some(seconds),
+            "buckets" => Some(buckets),
+            "slow_threshold_ms" => Some(slow),
+            _ => None,
+        };
+        let spec = WindowSpec::Time {
+            seconds: args::float(ruby, "seconds", seconds)?,
+            buckets: args::integer(ruby, "buckets", buckets)?,
+            slow_threshold_ms: args::float(ruby, "slow_threshold_ms", slow)?,
+        };
         let clock = ClockSource::from_arg(ruby, clock)?;
-        let spec = WindowSpec::Time { seconds, buckets, slow_threshold_ms };
-        rb_self.set(ruby, Shared::new(ruby, spec, clock)?)
+        rb_self.set(ruby, Shared::new(ruby, spec, clock, given)?)
     }
 
     fn seconds(ruby: &Ruby, rb_self: &Self) -> Result<f64, Error> {

@@ -21,6 +21,14 @@ pub fn nanos_from_secs(secs: f64) -> Nanos {
     (secs * NANOS_PER_SEC).round() as Nanos
 }
 
+/// Converts seconds to [`Nanos`] when they are finite and fit (about ±292
+/// years); None otherwise.
+pub fn checked_nanos_from_secs(secs: f64) -> Option<Nanos> {
+    let nanos = secs * NANOS_PER_SEC;
+    // i64::MAX as f64 rounds up to 2^63, so `<` keeps the cast in range.
+    (nanos.is_finite() && nanos.abs() < i64::MAX as f64).then(|| nanos.round() as Nanos)
+}
+
 /// Converts [`Nanos`] to seconds.
 pub fn secs_from_nanos(nanos: Nanos) -> f64 {
     nanos as f64 / NANOS_PER_SEC
@@ -99,6 +107,25 @@ impl ManualClock {
         Self { now: AtomicI64::new(start) }
     }
 
+    /// A clock that reads `start` seconds: finite, within about ±292 years
+    /// (what a reading can hold).
+    pub fn starting_at(start: f64) -> Result<Self, crate::config::ConfigError> {
+        const RANGE: &str = "a finite Numeric within about ±292 years (±9.2e9 seconds)";
+        checked_nanos_from_secs(start).map(Self::new).ok_or_else(|| crate::config::out_of_range("start", RANGE, start))
+    }
+
+    /// Moves the clock forward by `secs` (finite, >= 0), unless that would
+    /// pass the largest time it can hold: an error then, never a clock
+    /// that silently stops.
+    pub fn advance_secs(&self, secs: f64) -> Result<(), crate::config::ConfigError> {
+        let by = checked_nanos_from_secs(secs)
+            .filter(|_| secs >= 0.0)
+            .ok_or_else(|| crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs))?;
+        self.now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| t.checked_add(by)).map(|_| ()).map_err(|_| {
+            crate::config::out_of_range("seconds", "small enough to keep the clock within about 292 years", secs)
+        })
+    }
+
     /// Moves the clock forward by `by` (negative values are ignored: the
     /// clock never goes backwards), saturating at the end of the range.
     pub fn advance(&self, by: Nanos) {
@@ -119,6 +146,21 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manual_clock_refuses_times_it_cannot_hold() {
+        assert_eq!(ManualClock::starting_at(9e9).map(|c| c.now()), Ok(9_000_000_000_000_000_000));
+        assert_eq!(ManualClock::starting_at(1e10).unwrap_err().name, "start");
+        assert_eq!(ManualClock::starting_at(-1e10).unwrap_err().name, "start");
+        assert_eq!(ManualClock::starting_at(f64::NAN).unwrap_err().name, "start");
+        let c = ManualClock::starting_at(9e9).unwrap();
+        assert!(c.advance_secs(0.2e9).is_ok());
+        let e = c.advance_secs(0.1e9).unwrap_err();
+        assert_eq!(e.name, "seconds");
+        assert_eq!(c.now(), 9_200_000_000_000_000_000, "a refused advance leaves the clock where it was");
+        assert!(c.advance_secs(-1.0).is_err());
+        assert!(c.advance_secs(f64::INFINITY).is_err());
+    }
 
     #[test]
     fn seconds_round_trip_to_the_nanosecond() {
