@@ -360,12 +360,16 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
     it "reopens exactly once per half-open period when many probes fail together" do
       breaker = described_class.new(clock: clock, half_open_calls: 8, open_duration: 10)
       events = Queue.new
-      breaker.on_state_change { |e| events << e }
+      lock = Mutex.new
+      reopened = 0
+      breaker.on_state_change do |e|
+        events << e
+        lock.synchronize { reopened += 1 } if e.from == :half_open
+      end
       breaker.trip!
       running = ThreadHelpers::Concurrency.new
       period = 0
       admitted = Hash.new(0)
-      lock = Mutex.new
       gate = Queue.new
       probe_gate = Object.new
       probe_gate.define_singleton_method(:pop) { running.track { gate.pop } }
@@ -378,7 +382,9 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
         clock.advance(10)
         wait_until(what: "8 probes in period #{p}") { running.current == 8 }
         8.times { gate << :fail }
-        wait_until(what: "probes of period #{p} to finish") { running.current.zero? }
+        # The probes leave the gate before they are recorded: wait for the
+        # reopening itself, not only for the gate to empty.
+        wait_until(what: "period #{p} to reopen") { running.current.zero? && lock.synchronize { reopened } == p + 1 }
         expect(breaker.state).to eq(:open)
       end
       rejections = stop.call
