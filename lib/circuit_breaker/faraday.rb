@@ -157,10 +157,7 @@ class CircuitBreaker
       found = found.call(env) if found.respond_to?(:call) && !found.is_a?(CircuitBreaker)
       case found
       when CircuitBreaker then found
-      when String, Symbol
-        Registry.lookup(Registry.key(found)) ||
-          raise(ArgumentError, "CircuitBreaker::Faraday: no breaker is registered as #{found.to_s.inspect}; " \
-                               "register it first with CircuitBreaker.for(#{found.to_s.inspect}, **options)")
+      when String, Symbol then CircuitBreaker.__send__(:registered, found)
       else
         raise TypeError, "CircuitBreaker::Faraday: breaker: returned #{found.class}, not a CircuitBreaker or a name"
       end

@@ -138,6 +138,18 @@ class CircuitBreaker
       breaker
     end
 
+    # The breaker registered under `name`, never creating one.
+    #
+    # @api private
+    # @raise [ArgumentError] when no breaker is registered under that name
+    # @raise [TypeError] a name that is neither a String nor a Symbol
+    def registered(name)
+      Registry.lookup(Registry.key(name)) ||
+        raise(ArgumentError, "no breaker is registered as #{name.to_s.inspect}; " \
+                             "register it first with CircuitBreaker.for(#{name.to_s.inspect}, **options)")
+    end
+    private :registered
+
     # A snapshot of the registry: a frozen Hash of name (String) => breaker,
     # in registration order. Later registrations do not change it.
     #

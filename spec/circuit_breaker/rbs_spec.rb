@@ -5,6 +5,7 @@ require "rbconfig"
 require "circuit_breaker/registry"
 require "circuit_breaker/prometheus"
 require "circuit_breaker/dashboard"
+require "circuit_breaker/test_helpers"
 
 # sig/**/*.rbs against the loaded gem. The signatures are read with a small
 # line-based reader (declarations one per line, as sig/ writes them), so the

@@ -100,7 +100,17 @@ impl ManualClock {
     }
 }
 
+/// `CircuitBreaker.__travel(seconds)` (private; the test helpers'
+/// `advance_circuit_breakers`, lib/circuit_breaker/test_helpers.rb): moves
+/// the process's system clocks forward. Returns the total travelled.
+fn travel(ruby: &Ruby, seconds: Value) -> Result<f64, Error> {
+    let secs = finite_secs(ruby, "seconds", seconds, 0.0)?;
+    circuit_breaker_core::clock::travel(nanos_from_secs(secs));
+    Ok(secs_from_nanos(circuit_breaker_core::clock::travelled()))
+}
+
 pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
+    namespace.singleton_class()?.define_private_method("__travel", function!(travel, 1))?;
     let class = namespace.define_class("ManualClock", ruby.class_object())?;
     class.define_alloc_func::<ManualClock>();
     class.define_private_method("__setup", method!(ManualClock::setup, 1))?;

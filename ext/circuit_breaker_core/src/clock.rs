@@ -5,6 +5,9 @@
 //! sources callers use: the system-wide monotonic clock (the same in every
 //! process of a host, which shared state relies on) and a manual clock for
 //! tests. Both are cheap enough for the hot path and never go backwards.
+//! A process-wide offset, moved only forward by [`travel`], is added to the
+//! two system clocks so that a test suite can move every breaker's time at
+//! once (docs/testing.md); unused, it costs one relaxed load per reading.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -39,6 +42,24 @@ pub fn millis_from_nanos(nanos: Nanos) -> f64 {
     nanos as f64 / 1e6
 }
 
+/// How far [`travel`] has moved this process's [`MonotonicClock`] and
+/// [`CoarseClock`] forward. It only grows, so both still never go backwards.
+static TRAVELLED: AtomicI64 = AtomicI64::new(0);
+
+/// Moves this process's system clocks forward by `by` (negative values are
+/// ignored), saturating at the end of the range. Process-local: other
+/// processes, shared breakers included, keep the real time.
+pub fn travel(by: Nanos) {
+    let by = by.max(0);
+    // fetch_update with a closure that always returns Some cannot fail.
+    let _ = TRAVELLED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
+}
+
+/// The total [`travel`]led so far (0 unless a test suite moved time).
+pub fn travelled() -> Nanos {
+    TRAVELLED.load(Ordering::Relaxed)
+}
+
 /// A source of `now`.
 pub trait Clock {
     /// The current time; never smaller than a previous reading.
@@ -60,6 +81,7 @@ impl Clock for MonotonicClock {
         (ts.tv_sec as i64)
             .saturating_mul(1_000_000_000)
             .saturating_add(ts.tv_nsec as i64)
+            .saturating_add(travelled())
     }
 }
 
@@ -91,6 +113,7 @@ impl Clock for CoarseClock {
         (ts.tv_sec as i64)
             .saturating_mul(1_000_000_000)
             .saturating_add(ts.tv_nsec as i64)
+            .saturating_add(travelled())
     }
 }
 
@@ -190,8 +213,25 @@ mod tests {
     #[test]
     fn the_coarse_clock_keeps_up_with_the_monotonic_one() {
         let res = CoarseClock::resolution().expect("Linux has CLOCK_MONOTONIC_COARSE");
-        let (fine, coarse) = (MonotonicClock.now(), CoarseClock.now());
+        // Without a travel (by the test below, in another thread) in between.
+        let (fine, coarse) = loop {
+            let before = travelled();
+            let pair = (MonotonicClock.now(), CoarseClock.now());
+            if travelled() == before {
+                break pair;
+            }
+        };
         assert!(coarse <= fine + res && fine <= coarse + 2 * res + 1_000_000, "{fine} {coarse} {res}");
+    }
+
+    #[test]
+    fn travel_moves_both_system_clocks_forward_and_never_back() {
+        let (fine, coarse) = (MonotonicClock.now(), CoarseClock.now());
+        travel(3_600_000_000_000); // an hour
+        travel(-7_200_000_000_000); // ignored
+        assert!(MonotonicClock.now() >= fine + 3_600_000_000_000);
+        assert!(CoarseClock.now() >= coarse + 3_600_000_000_000);
+        assert!(travelled() >= 3_600_000_000_000);
     }
 
     #[test]

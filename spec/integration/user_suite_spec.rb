@@ -1,0 +1,57 @@
+# frozen_string_literal: true
+
+require "open3"
+require_relative "../../examples/support/flaky_upstream"
+
+# `require "circuit_breaker/rspec"` and `"circuit_breaker/minitest"` as an
+# app's own suite uses them (spec/fixtures/user_suite), run in a child
+# process against a real orders API on 127.0.0.1.
+RSpec.describe "an app's test suite with the gem's test helpers", :integration do
+  root = File.expand_path("../..", __dir__)
+  suite = File.join(root, "spec/fixtures/user_suite")
+
+  before(:all) { @upstream = CircuitBreaker::Examples::FlakyUpstream.start(stop_after: 600) }
+  after(:all) { @upstream&.stop }
+
+  def run_suite(root, *command)
+    env = { "ORDERS_URL" => @upstream.url, "RUBYOPT" => "-I#{File.join(root, 'lib')}" }
+    Open3.capture2e(env, *command, chdir: root)
+  end
+
+  it "passes the RSpec example of docs/testing.md: matchers, forcing, moving time, a reset between examples" do
+    out, status = run_suite(root, "rspec", "--order", "defined", File.join(suite, "orders_spec.rb"))
+
+    expect(status).to be_success, out
+    expect(out).to include("3 examples, 0 failures")
+  end
+
+  it "shows that example verbatim in docs/testing.md" do
+    example = File.read(File.join(suite, "orders_spec.rb"))[/^RSpec\.describe.*\z/m]
+
+    expect(File.read(File.join(root, "docs/testing.md"))).to include(example)
+  end
+
+  it "makes ActiveSupport's travel move breakers too" do
+    out, status = run_suite(root, "rspec", File.join(suite, "travel_spec.rb"))
+
+    expect(status).to be_success, out
+    expect(out).to include("1 example, 0 failures")
+  end
+
+  it "passes the Minitest equivalent" do
+    out, status = run_suite(root, RbConfig.ruby, File.join(suite, "orders_test.rb"))
+
+    expect(status).to be_success, out
+    expect(out).to match(/2 runs, \d+ assertions, 0 failures, 0 errors/)
+  end
+
+  it "explains a failed matcher with the breaker's state and counts" do
+    require "circuit_breaker/test_helpers"
+    breaker = CircuitBreaker.new(name: "explained")
+
+    expect(CircuitBreaker::TestHelpers.describe(breaker))
+      .to eq('circuit "explained" is closed (calls 0, failures 0, error rate 0%, rejected 0)')
+    expect { CircuitBreaker::TestHelpers.resolve("nobody-registered-this") }
+      .to raise_error(ArgumentError, /no breaker is registered as "nobody-registered-this"/)
+  end
+end
