@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::secs_from_nanos;
 use circuit_breaker_core::{Clock, CoarseClock, ManualClock as CoreManualClock, MonotonicClock, Nanos};
-use magnus::{method, prelude::*, typed_data::Obj, Error, RClass, Ruby, Value};
+use magnus::{function, method, prelude::*, typed_data::Obj, Error, RClass, Ruby, Value};
 
 use crate::args;
 use crate::errors::{config_error_given, not_initialized, refuse_copy};
@@ -104,9 +104,9 @@ impl ManualClock {
 /// `advance_circuit_breakers`, lib/circuit_breaker/test_helpers.rb): moves
 /// the process's system clocks forward. Returns the total travelled.
 fn travel(ruby: &Ruby, seconds: Value) -> Result<f64, Error> {
-    let secs = finite_secs(ruby, "seconds", seconds, 0.0)?;
-    circuit_breaker_core::clock::travel(nanos_from_secs(secs));
-    Ok(secs_from_nanos(circuit_breaker_core::clock::travelled()))
+    let secs = args::float(ruby, "seconds", seconds)?;
+    let total = circuit_breaker_core::clock::travel_secs(secs).map_err(|e| config_error_given(ruby, e, |_| Some(seconds)))?;
+    Ok(secs_from_nanos(total))
 }
 
 pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {

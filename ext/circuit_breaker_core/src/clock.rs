@@ -55,6 +55,16 @@ pub fn travel(by: Nanos) {
     let _ = TRAVELLED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
 }
 
+/// [`travel`] by `secs` seconds, checked: a finite number >= 0 (the test
+/// helpers' `advance_circuit_breakers`). Returns the total travelled.
+pub fn travel_secs(secs: f64) -> Result<Nanos, crate::config::ConfigError> {
+    let by = checked_nanos_from_secs(secs)
+        .filter(|_| secs >= 0.0)
+        .ok_or_else(|| crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs))?;
+    travel(by);
+    Ok(travelled())
+}
+
 /// The total [`travel`]led so far (0 unless a test suite moved time).
 pub fn travelled() -> Nanos {
     TRAVELLED.load(Ordering::Relaxed)
