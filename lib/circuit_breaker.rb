@@ -7,6 +7,7 @@ require_relative "circuit_breaker/errors"
 # extension directory once installed.
 require "circuit_breaker/circuit_breaker"
 require_relative "circuit_breaker/options"
+require_relative "circuit_breaker/namespace"
 require_relative "circuit_breaker/windows"
 require_relative "circuit_breaker/manual_clock"
 require_relative "circuit_breaker/permits"

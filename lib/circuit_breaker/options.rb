@@ -31,6 +31,9 @@ class CircuitBreaker
   # @param name [String, Symbol, nil] used in errors, events and the registry
   # @param clock [ManualClock, nil] for tests; nil: the monotonic clock
   # @param logger [#warn, #info, nil] transitions are logged (openings with warn)
+  # @param namespace [String, Symbol, nil] with shared:, keeps this application's
+  #   breakers apart from other applications' on the host; nil:
+  #   {CircuitBreaker.default_namespace} (docs/shared.md)
   # @example
   #   CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100), open_duration: 10)
   # @example A subclass with its own defaults
@@ -43,11 +46,16 @@ class CircuitBreaker
                  open_duration: 30, half_open_calls: 2, ramp: [1.0], advance_rate: 1.0, reopen_rate: nil,
                  record_errors: [StandardError], ignore_errors: [], failure_if: nil, half_open_timeout: nil,
                  probe_timeout: nil, min_stage_duration: 0, backoff: 1.0, max_open_duration: nil, jitter: 0.0,
-                 name: nil, clock: nil, logger: nil, shared: nil)
+                 name: nil, clock: nil, logger: nil, shared: nil, namespace: nil)
     unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
       raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
     end
 
+    namespace = CircuitBreaker.__send__(:__shared_key, :namespace, namespace, empty: true) unless namespace.nil?
+    unless shared.nil?
+      shared = CircuitBreaker.__send__(:__shared_key, :shared, shared)
+      namespace ||= CircuitBreaker.default_namespace
+    end
     # native: converts each value and builds the breaker once
     __setup({
               window: window || SlidingWindow.new, error_rate_threshold: error_rate_threshold,
@@ -56,7 +64,7 @@ class CircuitBreaker
               record_errors: record_errors, ignore_errors: ignore_errors, failure_if: failure_if,
               half_open_timeout: half_open_timeout, probe_timeout: probe_timeout,
               min_stage_duration: min_stage_duration, backoff: backoff, max_open_duration: max_open_duration,
-              jitter: jitter, name: name, clock: clock, shared: shared
+              jitter: jitter, name: name, clock: clock, shared: shared, namespace: namespace
             })
     @logger = logger
   end

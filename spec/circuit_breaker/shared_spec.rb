@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "open3"
 require "tmpdir"
 
 # `shared:` within one process: two breaker objects opened under one name
@@ -144,22 +145,25 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
       saved ? ENV["CIRCUIT_BREAKER_SHM_DIR"] = saved : ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
     end
 
-    it "names a file of this user under /dev/shm, keyed by name and configuration" do
+    it "names a file of this user under /dev/shm, keyed by namespace, name and configuration" do
       skip "no /dev/shm here" unless File.directory?("/dev/shm")
       ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
       key = shared_name
 
+      path = described_class.new(shared: key, namespace: "shop").shared_path
+      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}-shop-#{key}-\h{16}\z})
       path = described_class.new(shared: key).shared_path
-      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}-#{key}-\h{16}\z})
+      namespace = Regexp.escape(CircuitBreaker.default_namespace)
+      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}-#{namespace}-#{key}-\h{16}\z})
       expect(described_class.new(shared: key).shared_path).to eq(path)
       expect(described_class.new(shared: key, min_calls: 7).shared_path).not_to eq(path)
     end
 
     it "escapes every byte a file name should not hold" do
-      path = described_class.new(shared: "pay/ments ü%#{shared_name}").shared_path
+      path = described_class.new(shared: "pay/ments ü%#{shared_name}", namespace: "my app").shared_path
 
-      expect(File.basename(path)).to start_with("circuit_breaker-#{uid}-pay%2Fments%20%C3%BC%25spec-unit-")
-      expect(File.basename(described_class.new(shared: "../x#{shared_name}").shared_path))
+      expect(File.basename(path)).to start_with("circuit_breaker-#{uid}-my%20app-pay%2Fments%20%C3%BC%25spec-unit-")
+      expect(File.basename(described_class.new(shared: "../x#{shared_name}", namespace: "").shared_path))
         .to start_with("circuit_breaker-#{uid}-..%2Fxspec-")
     end
 
@@ -252,6 +256,82 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
       clock.advance(500)
 
       expect(breaker.state).to eq(:half_open)
+    end
+  end
+
+  describe "namespace:" do
+    around do |example|
+      saved = described_class.instance_variable_get(:@default_namespace)
+      example.run
+    ensure
+      described_class.default_namespace = saved
+    end
+
+    it "keeps the breakers of two applications with one shared: name apart" do
+      key = shared_name
+      shop = described_class.new(**options, shared: key, namespace: "shop")
+      blog = described_class.new(**options, shared: key, namespace: :blog)
+      4.times { fail_once(shop) }
+
+      expect(shop.state).to eq(:open)
+      expect(blog.state).to eq(:closed)
+      expect(described_class.new(**options, shared: key, namespace: :shop).state).to eq(:open)
+    end
+
+    it "defaults to CircuitBreaker.default_namespace, which configure sets and nil restores" do
+      key = shared_name
+      derived = described_class.default_namespace
+      described_class.default_namespace = :shop
+      expect(described_class.default_namespace).to eq("shop")
+      shop = described_class.new(**options, shared: key)
+      4.times { fail_once(shop) }
+      expect(described_class.new(**options, shared: key, namespace: "shop").state).to eq(:open)
+
+      described_class.default_namespace = nil
+      expect(described_class.default_namespace).to eq(derived)
+      expect(described_class.new(**options, shared: key).state).to eq(:closed)
+    end
+
+    it "is derived from the application's directory and environment by default" do
+      Dir.mktmpdir("shop") do |dir|
+        namespaces = %w[test development].map do |env|
+          out, status = Open3.capture2e({ "RACK_ENV" => env, "RAILS_ENV" => nil, "APP_ENV" => nil },
+                                        RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
+                                        "-rcircuit_breaker", "-e", "print CircuitBreaker.default_namespace",
+                                        chdir: dir)
+          expect(status).to be_success, out
+          out
+        end
+
+        expect(namespaces[0]).to match(/\Ashop.*\.\h{8}\.test\z/)
+        expect(namespaces[1]).to eq(namespaces[0].sub(/test\z/, "development"))
+        expect(namespaces[0]).not_to include(described_class.default_namespace)
+      end
+    end
+
+    it "must be a String or a Symbol" do
+      expect { described_class.new(shared: shared_name, namespace: 5) }.to raise_error(TypeError, /namespace/)
+      expect { described_class.default_namespace = 5 }.to raise_error(TypeError, /namespace/)
+    end
+  end
+
+  describe "names" do
+    it "are compared as UTF-8: a Symbol, UTF-8 and ISO-8859-1 spellings name one breaker" do
+      key = "#{shared_name}-café"
+      a = described_class.new(**options, shared: key)
+      b = described_class.new(**options, shared: key.encode("ISO-8859-1"))
+      c = described_class.new(**options, shared: key.to_sym, namespace: CircuitBreaker.default_namespace.encode("UTF-16LE"))
+      4.times { fail_once(a) }
+
+      expect([b.state, c.state]).to eq(%i[open open])
+      expect([b.shared_path, c.shared_path]).to eq([a.shared_path] * 2)
+      expect(b.name).to eq(key)
+    end
+
+    it "that cannot be UTF-8 are an ArgumentError naming the option" do
+      bad = "\x81".dup.force_encoding("Windows-1252")
+      expect { described_class.new(shared: bad) }.to raise_error(ArgumentError, /\Ashared must be convertible to UTF-8/)
+      expect { described_class.new(shared: "x", namespace: bad) }.to raise_error(ArgumentError, /\Anamespace must/)
     end
   end
 end

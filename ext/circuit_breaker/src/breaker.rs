@@ -491,10 +491,9 @@ impl Breaker {
         let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
         let name = opt_string(ruby, "name", g("name")?)?;
         let clock = ClockSource::from_arg(ruby, g("clock")?)?;
+        // Checked and made UTF-8 in Ruby (lib/circuit_breaker/namespace.rb).
         let shared_key = opt_string(ruby, "shared", g("shared")?)?;
-        if shared_key.is_some_and(|k| k.is_empty()) {
-            return Err(arg_error(ruby, "shared must be a non-empty String or Symbol (got \"\")".to_owned()));
-        }
+        let namespace = opt_string(ruby, "namespace", g("namespace")?)?;
         let name = name.or(shared_key).map(|s| Opaque::from(RString::new_frozen(s)));
 
         let window = g("window")?;
@@ -507,8 +506,8 @@ impl Breaker {
             // The given window is only a template: the live one is in the file.
             Some(key) => {
                 // SAFETY: the bytes are copied before any Ruby code runs.
-                let name = unsafe { key.as_slice() }.to_vec();
-                let mapped = template.mapped(ruby, b"", &name, cfg.fingerprint())?;
+                let (namespace, name) = unsafe { (namespace.map_or(Vec::new(), |n| n.as_slice().to_vec()), key.as_slice().to_vec()) };
+                let mapped = template.mapped(ruby, &namespace, &name, cfg.fingerprint())?;
                 let _ = mapped.clock.set(clock.clone());
                 mapped.attach();
                 let window = crate::window::wrap(ruby, mapped.clone());

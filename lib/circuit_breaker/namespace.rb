@@ -1,0 +1,68 @@
+# frozen_string_literal: true
+
+require "zlib"
+
+class CircuitBreaker
+  class << self
+    # The namespace of `shared:` breakers built without `namespace:`: the
+    # value set with {default_namespace=} (CircuitBreaker.configure sets it
+    # from its `namespace` setting), else one derived from the application's
+    # directory and environment, so that two applications, or a test run and
+    # a development server of one checkout, never share a breaker by
+    # accident (docs/shared.md).
+    #
+    # @example
+    #   Dir.chdir("/srv/shop") { ENV["RACK_ENV"] = "production"; CircuitBreaker.default_namespace }
+    #   # => "shop.7a3c51e0.production"
+    # @return [String]
+    def default_namespace
+      @default_namespace || derived_namespace
+    end
+
+    # Sets the namespace of `shared:` breakers built afterwards without
+    # `namespace:`; nil restores the derived one.
+    #
+    # @example
+    #   CircuitBreaker.default_namespace = "shop"
+    # @param value [String, Symbol, nil]
+    # @return [String, Symbol, nil] value
+    def default_namespace=(value)
+      @default_namespace = value.nil? ? nil : __shared_key(:namespace, value, empty: true)
+    end
+
+    private
+
+    # A `shared:` name or `namespace:` as the UTF-8 String the file's key is
+    # made of: names are compared as UTF-8, so `"café"` in ISO-8859-1 and in
+    # UTF-8 (or as a Symbol) name one breaker. A binary String is taken as
+    # its bytes.
+    #
+    # @api private
+    # @param option [Symbol] the option's name, for errors
+    # @param value [String, Symbol]
+    # @param empty [Boolean] whether "" is allowed
+    # @return [String] frozen
+    def __shared_key(option, value, empty: false)
+      key = case value
+            when Symbol then value.name
+            when String then value
+            else raise TypeError, "#{option} must be nil, a String or a Symbol (got #{value.class})"
+            end
+      raise ArgumentError, "#{option} must be a non-empty String or Symbol (got \"\")" if key.empty? && !empty
+
+      key = key.encode(Encoding::UTF_8) unless [Encoding::UTF_8, Encoding::BINARY].include?(key.encoding)
+      key.dup.force_encoding(Encoding::UTF_8).freeze
+    rescue EncodingError => e
+      raise ArgumentError, "#{option} must be convertible to UTF-8 (#{e.message})"
+    end
+
+    # `<directory>.<hash of its path>.<environment>`: Rails.root when Rails
+    # is loaded, else the working directory; RAILS_ENV, RACK_ENV or APP_ENV,
+    # else "development".
+    def derived_namespace
+      root = (defined?(::Rails) && ::Rails.respond_to?(:root) && ::Rails.root&.to_s) || Dir.pwd
+      env = ENV["RAILS_ENV"] || ENV["RACK_ENV"] || ENV["APP_ENV"] || "development"
+      format("%<dir>s.%<hash>08x.%<env>s", dir: File.basename(root)[0, 40], hash: Zlib.crc32(root), env: env[0, 20])
+    end
+  end
+end
