@@ -86,10 +86,17 @@ class CircuitBreaker
       __instrument("state_change.circuit_breaker") { event.to_h }
     end
 
+    # On the rejection path of an outage: with no listener, nothing is
+    # built and no other method is called (rake bench: rejection_as).
     def __rejected(error)
       @reject_listeners&.each { |l| __guard("on_reject") { l.call(error) } }
+      return unless defined?(ActiveSupport::Notifications) &&
+                    ActiveSupport::Notifications.notifier.listening?("rejected.circuit_breaker")
+
       __instrument("rejected.circuit_breaker") { { name: name, state: error.state, retry_after: error.retry_after } }
       nil
+    rescue StandardError => e # listening? itself, as __instrument reports
+      __report("ActiveSupport::Notifications listener of #{(name || '(unnamed)').inspect} raised #{__describe(e)}")
     end
 
     def __log(event, error_rate, slow_call_rate)
