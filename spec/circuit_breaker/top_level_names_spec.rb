@@ -27,6 +27,25 @@ RSpec.describe "top-level SlidingWindow and CircuitOpenError" do
     expect(out).to eq("[true, true, CircuitBreaker::SlidingWindow, CircuitBreaker::OpenError]")
   end
 
+  it "become plain constants once asked for, so a rescue on the rejection path looks up nothing more" do
+    out = run.call(<<~RUBY)
+      require "circuit_breaker"
+      before = Object.const_defined?(:CircuitOpenError, false)
+      breaker = CircuitBreaker.new.trip!
+      misses = 0
+      TracePoint.new(:raise) { |tp| misses += 1 if tp.raised_exception.is_a?(NameError) }.enable do
+        3.times do
+          breaker.call { 1 }
+        rescue CircuitOpenError
+          nil
+        end
+      end
+      p [before, Object.const_defined?(:CircuitOpenError, false), misses]
+    RUBY
+
+    expect(out).to eq("[false, true, 1]")
+  end
+
   it "leave an app's class defined after the gem alone: no superclass mismatch, the gem's class not reopened" do
     out = run.call(<<~RUBY)
       require "circuit_breaker"

@@ -30,6 +30,7 @@ use magnus::rb_sys::{AsRawId, AsRawValue, FromRawValue};
 use magnus::symbol::IntoSymbol;
 
 use crate::args;
+use crate::cruby::{resume_error, resume_raise};
 use crate::clock::ClockSource;
 use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy, type_error, FAILURE, OPEN_ERROR};
 use crate::window::{shared_of, Blocked, Shared};
@@ -847,37 +848,6 @@ fn active_support_loaded(ruby: &Ruby) -> bool {
     unsafe { rb_sys::rb_const_defined(ruby.class_object().as_raw(), magnus::value::IntoId::into_id_with(id, ruby).as_raw()) != 0 }
 }
 
-/// Raises `ex` the way a pending raise resumes (`rb_jump_tag`), not with
-/// `rb_exc_raise`: on Ruby 3.1 the latter turns a lazily captured backtrace
-/// into strings, which costs microseconds per frame. The exception object
-/// goes on untouched: same object, same backtrace. Never returns: only
-/// plain data may be alive in the callers' frames.
-fn resume_raise(ex: Exception) -> ! {
-    const TAG_RAISE: i32 = 6;
-    // SAFETY: `ex` is a live exception object; with it as the error info,
-    // TAG_RAISE unwinds to the nearest rescue exactly as a raise does.
-    unsafe {
-        rb_sys::rb_set_errinfo(ex.as_raw());
-        rb_sys::rb_jump_tag(TAG_RAISE)
-    }
-}
-
-/// Raises `e` from a function that must not return (an ensure function).
-fn resume_error(e: Error) -> ! {
-    match e.error_type() {
-        ErrorType::Exception(ex) => resume_raise(*ex),
-        // SAFETY: the jump's state is still in the VM, as rb_protect left it.
-        ErrorType::Jump(tag) => unsafe { rb_sys::rb_jump_tag(*tag as i32) },
-        ErrorType::Error(class, message) => {
-            let ex = class.new_instance((message.as_ref(),)).unwrap_or_else(|e| match e.error_type() {
-                ErrorType::Exception(ex) => *ex,
-                _ => unreachable!("creating an exception raises an exception"),
-            });
-            resume_raise(ex)
-        }
-    }
-}
-
 /// Resumes the pending jump `tag` with the listeners of `tr` running in an
 /// ensure function, the way a Ruby `ensure` clause runs during a jump.
 /// Never returns: only plain data may be alive in the callers' frames.
@@ -922,12 +892,24 @@ fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! 
     unreachable!("rb_ensure resumes the jump")
 }
 
+/// `CircuitBreaker#call`.
+struct CallMethod;
+
+impl crate::cruby::Method0 for CallMethod {
+    type Receiver = Breaker;
+    fn call(ruby: &Ruby, rb_self: Obj<Breaker>) -> Result<Value, Error> {
+        Breaker::call(ruby, rb_self)
+    }
+}
+
 pub fn init(class: RClass) -> Result<(), Error> {
     class.define_alloc_func::<Breaker>();
     class.define_private_method("__setup", method!(Breaker::setup, 1))?;
     class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
     class.singleton_class()?.define_private_method("__seed_probes", function!(Breaker::seed_probes, 2))?;
-    class.define_method("call", method!(Breaker::call, 0))?;
+    // The hot path: entered without magnus's receiver conversion (see
+    // cruby::define_method_0).
+    crate::cruby::define_method_0::<CallMethod>(class, c"call");
     class.define_method("state", method!(Breaker::state, 0))?;
     class.define_method("metrics", method!(Breaker::metrics, 0))?;
     class.define_method("retry_after", method!(Breaker::retry_after, 0))?;

@@ -524,9 +524,11 @@ impl Breaker {
         if counts.total < u64::from(min_calls) {
             return;
         }
-        if counts.error_rate() >= cfg.error_rate_threshold {
+        // Thresholds are > 0, so a zero count can never reach one: the
+        // common healthy case skips the divisions.
+        if counts.failures > 0 && counts.error_rate() >= cfg.error_rate_threshold {
             self.enter(State::Open, Reason::ErrorRate, w, cfg, now, out);
-        } else if counts.slow_call_rate() >= cfg.slow_rate_threshold {
+        } else if counts.slow_calls > 0 && counts.slow_call_rate() >= cfg.slow_rate_threshold {
             self.enter(State::Open, Reason::SlowCallRate, w, cfg, now, out);
         }
     }
