@@ -6,6 +6,9 @@ require_relative "circuit_breaker/errors"
 # The native library: lib/circuit_breaker/ in a checkout, the gem's
 # extension directory once installed.
 require "circuit_breaker/circuit_breaker"
+# Before the options: CircuitBreaker.configure's defaults go under what the
+# aliases resolved.
+require_relative "circuit_breaker/configuration"
 require_relative "circuit_breaker/options"
 require_relative "circuit_breaker/namespace"
 require_relative "circuit_breaker/windows"

@@ -55,8 +55,22 @@ RSpec.describe "a Rails app", :integration do
 
       it "trips the initializer's breaker through its Faraday connection: 20 failures, then rejections" do
         expect(seen).to include("orders_statuses" => { "503" => 20, "rejected" => 5 }, "orders_state" => "open")
+        expect(seen["orders_open_duration"]).to be_within(1).of(30) # configure's default
+      end
+
+      it "logs the opening to Rails.logger (the Railtie) and instruments it (the initializer's subscriber)" do
+        expect(@log).to include('circuit "orders": closed -> open (error_rate')
+        expect(@log).to include("[alert] circuit orders opened")
       end
     end
+  end
+
+  it "turns every breaker into a pass-through with CIRCUIT_BREAKER_DISABLED=1, visible in metrics" do
+    seen, log = boot(app, root, CIRCUIT_BREAKER_DISABLED: "1")
+
+    expect(seen).to include("orders_statuses" => { "503" => 25 }, "orders_state" => "disabled",
+                            "orders_metrics" => { "kill_switch" => true, "total" => 0, "rejected" => 0 })
+    expect(log).not_to include("closed -> open")
   end
 
   it "shows the initializer of docs/rails.md verbatim" do

@@ -1,0 +1,174 @@
+# frozen_string_literal: true
+
+class CircuitBreaker
+  # Process-wide settings for breakers built afterwards, set with
+  # {CircuitBreaker.configure} (docs/configuration.md, "Global
+  # configuration"). A published configuration is frozen; `configure` works
+  # on a copy and publishes it whole.
+  class Configuration
+    # Options that belong to one breaker, never a default.
+    PER_BREAKER = %i[window name shared].freeze
+
+    # @return [#warn, #info, nil] the logger of breakers built without `logger:`
+    attr_reader :logger
+
+    # @return [Hash{Symbol => Object}] options of breakers built without
+    #   them (frozen)
+    attr_reader :defaults
+
+    def initialize
+      @logger = nil
+      @defaults = {}.freeze
+    end
+
+    # @param logger [#warn, #info, nil] e.g. Rails.logger; nil: none
+    def logger=(logger)
+      unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
+        raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
+      end
+
+      @logger = logger
+    end
+
+    # @param options [Hash{Symbol => Object}] options of CircuitBreaker.new,
+    #   except window:, name: and shared:; checked when configure returns
+    def defaults=(options)
+      raise TypeError, "defaults must be a Hash of CircuitBreaker.new options (got #{options.class})" unless options.is_a?(Hash)
+
+      own = options.keys & PER_BREAKER
+      unless own.empty?
+        raise ArgumentError, "defaults: #{own.map { |k| "#{k}:" }.join(', ')} belong to one breaker, never a default"
+      end
+
+      @defaults = options.transform_keys(&:to_sym).freeze
+    end
+
+    # The namespace of `shared:` breakers built without `namespace:`
+    # ({CircuitBreaker.default_namespace}).
+    # @return [String]
+    def namespace
+      CircuitBreaker.default_namespace
+    end
+
+    # @param value [String, Symbol, nil] nil: derived from the application's
+    #   directory and environment
+    def namespace=(value)
+      @namespace = value
+      @namespace_set = true
+    end
+
+    # @api private
+    def initialize_copy(source)
+      super
+      @namespace_set = false
+    end
+
+    # Applies what needs applying once `configure`'s block returned.
+    # @api private
+    def publish
+      CircuitBreaker.default_namespace = @namespace if @namespace_set
+      remove_instance_variable(:@namespace) if defined?(@namespace)
+      @namespace_set = false
+      freeze
+    end
+  end
+
+  # Merges the configuration into what the caller wrote, under it: the
+  # caller's options (and a subclass's) win. Prepended before the aliases
+  # (lib/circuit_breaker/options.rb), so it sees options the aliases already
+  # resolved, and builds kill-switched breakers (CIRCUIT_BREAKER_DISABLED).
+  #
+  # @api private
+  module Configured
+    def initialize(**options)
+      config = CircuitBreaker.configuration
+      options = config.defaults.merge(options) unless config.defaults.empty?
+      options[:logger] = config.logger if config.logger && !options.key?(:logger)
+      super(**options)
+      extend(KillSwitched) if CircuitBreaker.kill_switch?
+    end
+  end
+  prepend Configured
+  private_constant :Configured
+
+  # A breaker built while `CIRCUIT_BREAKER_DISABLED=1`: admits every call,
+  # records nothing, never changes state, not even on `trip!`; `metrics`
+  # says so.
+  #
+  # @api private
+  module KillSwitched
+    # Runs the block, unrecorded.
+    def call
+      raise ArgumentError, "call needs a block" unless block_given?
+
+      yield
+    end
+
+    def allow?
+      true
+    end
+
+    def record(_success, duration_ms: 0) # rubocop:disable Lint/UnusedMethodArgument
+      nil
+    end
+
+    def state
+      :disabled
+    end
+
+    # Control changes nothing either (no event, no log): the switch decides.
+    %i[trip! reset! force_open! disable!].each { |control| define_method(control) { self } }
+
+    def retry_after
+      0.0
+    end
+
+    # The window's counts, with `state: :disabled` and `kill_switch: true`.
+    def metrics
+      super.merge(state: :disabled, admit_share: 1.0, retry_after: 0.0, kill_switch: true).freeze
+    end
+  end
+  private_constant :KillSwitched
+
+  @configuration = Configuration.new.freeze
+
+  class << self
+    # @return [Configuration] the settings in force (frozen)
+    attr_reader :configuration
+
+    # Sets the logger, default options and `shared:` namespace of breakers
+    # built afterwards; breakers built before keep theirs. The block gets a
+    # copy of the configuration in force; when it returns, the defaults are
+    # checked (by building a breaker with them) and the copy replaces it.
+    #
+    # @example config/initializers/circuit_breaker.rb
+    #   CircuitBreaker.configure do |config|
+    #     config.logger = Rails.logger
+    #     config.defaults = { open_duration: 15, min_calls: 10 }
+    #     config.namespace = "shop"
+    #   end
+    # @yieldparam config [Configuration]
+    # @return [Configuration] the new configuration (frozen)
+    # @raise [ArgumentError, TypeError] a default CircuitBreaker.new refuses
+    def configure
+      raise ArgumentError, "CircuitBreaker.configure needs a block" unless block_given?
+
+      config = @configuration.dup
+      yield config
+      begin
+        CircuitBreaker.allocate.__send__(:initialize, **config.defaults) # checks them; the breaker is dropped
+      rescue ArgumentError, TypeError => e
+        raise e.class, "CircuitBreaker.configure: defaults: #{e.message}"
+      end
+      @configuration = config.publish
+    end
+
+    # Whether breakers are built as pass-throughs: the environment variable
+    # CIRCUIT_BREAKER_DISABLED is "1" or "true" (an incident's kill switch;
+    # read when each breaker is built).
+    # @return [Boolean]
+    def kill_switch?
+      %w[1 true].include?(ENV["CIRCUIT_BREAKER_DISABLED"])
+    end
+  end
+end
