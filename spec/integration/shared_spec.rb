@@ -494,11 +494,11 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       expect(ran).to be_between(1, 100)
     end
 
-    it "during a half-open probe holds its slot until half_open_timeout reopens the breaker" do
+    it "during a half-open probe holds its slot only until probe_timeout (open_duration by default) fails it" do
       key = shared_name("dead-probe")
       options = lambda do
         { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 2, open_duration: 0.3,
-          half_open_calls: 1, half_open_timeout: 0.3, backoff: 3.0 } # reopened for 0.9 s
+          half_open_calls: 1, backoff: 3.0 } # no half_open_timeout: the default nil; reopened for 0.9 s
       end
       parent = described_class.new(**options.call, shared: key)
       seen = transitions_of(parent)
@@ -515,8 +515,8 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       expect(prober.kill!.termsig).to eq(Signal.list.fetch("KILL"))
       expect { parent.call { :ok } }.to raise_error(CircuitBreaker::OpenError) # its slot is still taken
 
-      wait_for("reopened by half_open_timeout") do
-        parent.state && moves(seen).include?(%i[half_open open half_open_timeout])
+      wait_for("reopened by probe_timeout") do
+        parent.state && moves(seen).include?(%i[half_open open probe_timeout])
       end
       wait_for("half-open again") { parent.state == :half_open }
       expect(parent.call { :ok }).to eq(:ok)
