@@ -47,6 +47,9 @@ pub fn duration_ms(ruby: &Ruby, v: Value) -> Result<f64, Error> {
     if ms.is_finite() && ms >= 0.0 {
         Ok(ms)
     } else {
-        Err(crate::errors::arg_error(ruby, format!("duration_ms must be a finite Numeric >= 0 (got {})", crate::errors::shown(v))))
+        Err(crate::errors::arg_error(
+            ruby,
+            format!("duration_ms must be a finite Numeric >= 0 (got {})", crate::errors::shown(v)),
+        ))
     }
 }

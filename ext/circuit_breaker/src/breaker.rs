@@ -26,12 +26,11 @@ use magnus::{
     TypedData, Value,
 };
 
-use magnus::rb_sys::{AsRawId, AsRawValue, FromRawValue};
 use magnus::symbol::IntoSymbol;
 
 use crate::args;
-use crate::cruby::{resume_error, resume_raise};
 use crate::clock::ClockSource;
+use crate::cruby::{self, resume_error, resume_raise};
 use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy, type_error, FAILURE, OPEN_ERROR};
 use crate::window::{shared_of, Blocked, Shared};
 
@@ -76,16 +75,16 @@ impl DataTypeFunctions for Breaker {
         if last_error != 0 {
             // SAFETY: a handle stored from a live class in `call`, kept
             // alive (and pinned) by this very mark.
-            marker.mark(unsafe { Value::from_raw(last_error as rb_sys::VALUE) });
+            marker.mark(unsafe { cruby::object(last_error as cruby::Raw) });
         }
     }
 }
 
 /// Timeout::Error, and Timeout::ExitException where the timeout gem has it
 /// (lib/circuit_breaker.rb requires "timeout" before loading this library).
-static TIMEOUT_CLASSES: std::sync::OnceLock<Vec<rb_sys::VALUE>> = std::sync::OnceLock::new();
+static TIMEOUT_CLASSES: std::sync::OnceLock<Vec<cruby::Raw>> = std::sync::OnceLock::new();
 
-fn timeout_classes(ruby: &Ruby) -> &'static [rb_sys::VALUE] {
+fn timeout_classes(ruby: &Ruby) -> &'static [cruby::Raw] {
     TIMEOUT_CLASSES.get_or_init(|| {
         let mut list = Vec::new();
         if let Ok(timeout) = ruby.class_object().const_get::<_, magnus::RModule>("Timeout") {
@@ -93,7 +92,7 @@ fn timeout_classes(ruby: &Ruby) -> &'static [rb_sys::VALUE] {
                 if let Ok(class) = timeout.const_get::<_, RClass>(name) {
                     // Pinned for good: the raw handle must never move.
                     ruby.gc_register_mark_object(class);
-                    list.push(class.as_raw());
+                    list.push(cruby::raw(class));
                 }
             }
         }
@@ -215,7 +214,7 @@ fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u64) -> Resu
 /// calling it, as `rescue` does), callables apart.
 #[derive(Default)]
 struct Matchers {
-    modules: Vec<rb_sys::VALUE>,
+    modules: Vec<cruby::Raw>,
     own_eqq: Vec<Opaque<Value>>,
     callables: Vec<Opaque<Value>>,
 }
@@ -227,7 +226,7 @@ static ID_EQQ: LazyId = LazyId::new("===");
 fn plain_eqq(ruby: &Ruby, module: Value) -> Result<bool, Error> {
     let method: Value = module.funcall("method", (*ID_EQQ,))?;
     let owner: Value = method.funcall("owner", ())?;
-    Ok(owner.as_raw() == ruby.class_module().as_raw())
+    Ok(cruby::raw(owner) == cruby::raw(ruby.class_module()))
 }
 
 impl Matchers {
@@ -251,7 +250,7 @@ impl Matchers {
                 None => return Err(type_error(ruby, name, WHAT, item)),
             };
             if module && plain_eqq(ruby, item)? {
-                m.modules.push(item.as_raw());
+                m.modules.push(cruby::raw(item));
             } else if module {
                 m.own_eqq.push(Opaque::from(item));
             }
@@ -267,7 +266,7 @@ impl Matchers {
     /// (`===`), or a callable returns truthy for it. A `===` or a callable
     /// that raises makes the error.
     fn hit(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
-        if self.modules.iter().any(|&m| kind_of(ex, m)) {
+        if self.modules.iter().any(|&m| cruby::kind_of(ex, m)) {
             return Ok(true);
         }
         for &m in &self.own_eqq {
@@ -287,7 +286,7 @@ impl Matchers {
         for &m in &self.modules {
             // SAFETY: a handle taken from a live module in `parse`, kept
             // alive (and pinned) by this very mark.
-            marker.mark(unsafe { Value::from_raw(m) });
+            marker.mark(unsafe { cruby::object(m) });
         }
         for &m in self.own_eqq.iter().chain(&self.callables) {
             marker.mark(m);
@@ -309,7 +308,7 @@ fn callable(ruby: &Ruby, name: &str, v: Value) -> Result<Option<Opaque<Value>>, 
 fn probe_timeout(ruby: &Ruby, v: Value) -> Result<ProbeTimeout, Error> {
     if v.is_nil() {
         Ok(ProbeTimeout::OpenDuration)
-    } else if v.as_raw() == ruby.qfalse().as_raw() {
+    } else if cruby::raw(v) == cruby::raw(ruby.qfalse()) {
         Ok(ProbeTimeout::Never)
     } else if v.is_kind_of(ruby.class_numeric()) {
         Ok(ProbeTimeout::Seconds(args::float(ruby, "probe_timeout", v)?))
@@ -369,14 +368,6 @@ fn take_oldest(queue: RArray) -> Result<Option<Permit>, Error> {
     Ok(Some(Permit::from_bits(bits)))
 }
 
-/// Whether `ex` is a kind of `module` (a raw handle of a class or module).
-fn kind_of(ex: Exception, module: rb_sys::VALUE) -> bool {
-    // SAFETY: both are live objects; rb_obj_is_kind_of raises only when
-    // `module` is not a Module, which `Matchers::parse` and
-    // `timeout_classes` ensure.
-    unsafe { rb_sys::rb_obj_is_kind_of(ex.as_raw(), module) != rb_sys::Qfalse as rb_sys::VALUE }
-}
-
 impl Inner {
     /// One core step under the lock, with the time read by the caller.
     /// A shared lock that stays busy past its bound skips the step.
@@ -415,7 +406,11 @@ impl Inner {
     /// wait is interrupted), the outcome is dropped and counted
     /// (`dropped_records`): the call's own result matters more than its
     /// record, and an interrupt is delivered by Ruby once this returns.
-    fn finish(&self, ruby: &Ruby, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> Transitions) -> Result<Transitions, Error> {
+    fn finish(
+        &self,
+        ruby: &Ruby,
+        f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> Transitions,
+    ) -> Result<Transitions, Error> {
         match self.step(f) {
             Ok(tr) => Ok(tr),
             Err(Blocked::Busy | Blocked::Interrupted) => {
@@ -441,7 +436,7 @@ impl Inner {
         if !self.ignore_errors.is_empty() && self.ignore_errors.hit(ruby, ex)? {
             return Ok(false);
         }
-        if timeout_classes(ruby).iter().any(|&t| kind_of(ex, t)) {
+        if timeout_classes(ruby).iter().any(|&t| cruby::kind_of(ex, t)) {
             return Ok(true);
         }
         self.record_errors.hit(ruby, ex)
@@ -507,7 +502,8 @@ impl Breaker {
             // The given window is only a template: the live one is in the file.
             Some(key) => {
                 // SAFETY: the bytes are copied before any Ruby code runs.
-                let (namespace, name) = unsafe { (namespace.map_or(Vec::new(), |n| n.as_slice().to_vec()), key.as_slice().to_vec()) };
+                let (namespace, name) =
+                    unsafe { (namespace.map_or(Vec::new(), |n| n.as_slice().to_vec()), key.as_slice().to_vec()) };
                 let mapped = template.mapped(ruby, &namespace, &name, cfg.fingerprint())?;
                 let _ = mapped.clock.set(clock.clone());
                 mapped.attach();
@@ -540,7 +536,10 @@ impl Breaker {
             notify_rejects: AtomicBool::new(false),
             last_error: AtomicUsize::new(0),
         };
-        rb_self.0.set(inner).map_err(|_| Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"))
+        rb_self
+            .0
+            .set(inner)
+            .map_err(|_| Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"))
     }
 
     /// The seeds' `probe_ratio:` r, with `half_open_window:` w, as the
@@ -549,7 +548,8 @@ impl Breaker {
     /// lib/circuit_breaker/options.rb decides when they apply).
     fn seed_probes(ruby: &Ruby, ratio: Value, window: Value) -> Result<(f64, Option<i64>), Error> {
         let given = |name: &str| Some(if name == "probe_ratio" { ratio } else { window });
-        let r = probe_ratio(args::float(ruby, "probe_ratio", ratio)?).map_err(|e| config_error_given(ruby, e, given))?;
+        let r =
+            probe_ratio(args::float(ruby, "probe_ratio", ratio)?).map_err(|e| config_error_given(ruby, e, given))?;
         if window.is_nil() {
             return Ok((r, None));
         }
@@ -571,7 +571,7 @@ impl Breaker {
             let last_error = match this.last_error.load(Ordering::Relaxed) {
                 0 => ruby.qnil().as_value(),
                 // SAFETY: a class kept alive by the breaker's mark.
-                raw => unsafe { Value::from_raw(raw as rb_sys::VALUE) },
+                raw => unsafe { cruby::object(raw as cruby::Raw) },
             };
             let args = (
                 state_sym(ruby, t.from),
@@ -590,10 +590,10 @@ impl Breaker {
 
     fn open_error(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
         let class: ExceptionClass = ruby.get_inner(&OPEN_ERROR);
-        // SAFETY: rb_obj_alloc on an Exception subclass returns a valid,
-        // uninitialised exception object; its ivars are set just below.
-        let ex = unsafe { Value::from_raw(rb_sys::rb_obj_alloc(class.as_raw())) };
-        let ex = Exception::from_value(ex).ok_or_else(|| arg_error(ruby, "OpenError is not an Exception".to_owned()))?;
+        // Uninitialised: its ivars are set just below.
+        let ex = cruby::alloc(class);
+        let ex =
+            Exception::from_value(ex).ok_or_else(|| arg_error(ruby, "OpenError is not an Exception".to_owned()))?;
         let name = rb_self.get(ruby)?.name.map_or_else(|| ruby.qnil().as_value(), |n| ruby.get_inner(n).as_value());
         let ivars = [
             (&ID_BREAKER_NAME, name),
@@ -602,8 +602,7 @@ impl Breaker {
         ];
         for (id, v) in ivars {
             let id: OpaqueId = **id;
-            // SAFETY: `ex` is a live exception object, `id` an interned ivar name.
-            unsafe { rb_sys::rb_ivar_set(ex.as_raw(), magnus::value::IntoId::into_id_with(id, ruby).as_raw(), v.as_raw()) };
+            cruby::ivar_set(ex, magnus::value::IntoId::into_id_with(id, ruby), v);
         }
         // A backtrace set beforehand spares Ruby capturing one at raise.
         ex.funcall::<_, _, Value>(*ID_SET_BACKTRACE, (ruby.get_inner(&EMPTY_BACKTRACE),))?;
@@ -663,7 +662,7 @@ impl Breaker {
                 ErrorType::Jump(_) => (Outcome::Success { duration_ms }, None),
                 ErrorType::Exception(ex) => match this.classify(ruby, *ex) {
                     Ok(true) => {
-                        this.last_error.store(ex.class().as_raw() as usize, Ordering::Relaxed);
+                        this.last_error.store(cruby::raw(ex.class()) as usize, Ordering::Relaxed);
                         (Outcome::Failure { duration_ms }, None)
                     }
                     Ok(false) => (Outcome::Released, None),
@@ -722,10 +721,17 @@ impl Breaker {
 
     /// `record_*`'s native half: settles the oldest permit of `queue` (the
     /// calling thread's, or nil), or records without one.
-    fn settle(ruby: &Ruby, rb_self: Obj<Self>, queue: Option<RArray>, success: Value, duration: Value) -> Result<(), Error> {
+    fn settle(
+        ruby: &Ruby,
+        rb_self: Obj<Self>,
+        queue: Option<RArray>,
+        success: Value,
+        duration: Value,
+    ) -> Result<(), Error> {
         // Converted first: a bad duration leaves the permit in place.
         let duration_ms = args::duration_ms(ruby, duration)?;
-        let outcome = if success.to_bool() { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
+        let outcome =
+            if success.to_bool() { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
         let this = rb_self.get(ruby)?;
         let permit = queue.map(take_oldest).transpose()?.flatten();
         let now = this.clock.now();
@@ -843,53 +849,31 @@ impl Breaker {
 
 fn active_support_loaded(ruby: &Ruby) -> bool {
     static ID_AS: LazyId = LazyId::new("ActiveSupport");
-    // SAFETY: rb_const_defined only reads the constant table.
     let id: OpaqueId = *ID_AS;
-    unsafe { rb_sys::rb_const_defined(ruby.class_object().as_raw(), magnus::value::IntoId::into_id_with(id, ruby).as_raw()) != 0 }
+    cruby::const_defined(ruby.class_object(), magnus::value::IntoId::into_id_with(id, ruby))
 }
 
 /// Resumes the pending jump `tag` with the listeners of `tr` running in an
 /// ensure function, the way a Ruby `ensure` clause runs during a jump.
 /// Never returns: only plain data may be alive in the callers' frames.
 fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! {
-    struct Pending {
-        breaker: Obj<Breaker>,
-        tr: std::mem::ManuallyDrop<Transitions>,
-    }
-    unsafe extern "C" fn body(tag: rb_sys::VALUE) -> rb_sys::VALUE {
-        // SAFETY: the jump that rb_protect caught is still pending in the
-        // VM; resuming it here lets rb_ensure run `notify` on the way out.
-        unsafe { rb_sys::rb_jump_tag(tag as i32) }
-    }
-    unsafe extern "C" fn notify(data: rb_sys::VALUE) -> rb_sys::VALUE {
-        // SAFETY: `data` points at the `Pending` on the stack of
-        // `resume_jump_notifying`, which rb_ensure has not yet unwound.
-        let pending = unsafe { &mut *(data as *mut Pending) };
-        let result = match Ruby::get() {
-            Ok(ruby) => Breaker::notify(&ruby, pending.breaker, &pending.tr),
-            Err(_) => Ok(()),
-        };
-        // SAFETY: runs once; the jump then leaves the frame that owns it.
-        unsafe { std::mem::ManuallyDrop::drop(&mut pending.tr) };
-        if let Err(e) = result {
-            // Like an exception raised in a Ruby `ensure`: it replaces the
-            // pending jump.
-            resume_error(e);
-        }
-        rb_sys::Qnil as rb_sys::VALUE
-    }
-    let mut pending = Pending { breaker: rb_self, tr: std::mem::ManuallyDrop::new(tr) };
-    // SAFETY: both functions follow rb_ensure's contract; `pending` is
-    // plain data (no destructor is skipped when the jump leaves this frame).
+    // SAFETY: the jump that rb_protect caught is still pending in the VM;
+    // the callers hold only plain data, and the closure drops `tr` before
+    // it may raise.
     unsafe {
-        rb_sys::rb_ensure(
-            Some(body),
-            tag as i32 as rb_sys::VALUE,
-            Some(notify),
-            &mut pending as *mut Pending as rb_sys::VALUE,
-        );
+        cruby::resume_jump_ensuring(tag as i32, move || {
+            let result = match Ruby::get() {
+                Ok(ruby) => Breaker::notify(&ruby, rb_self, &tr),
+                Err(_) => Ok(()),
+            };
+            drop(tr);
+            if let Err(e) = result {
+                // Like an exception raised in a Ruby `ensure`: it replaces
+                // the pending jump.
+                resume_error(e);
+            }
+        })
     }
-    unreachable!("rb_ensure resumes the jump")
 }
 
 /// `CircuitBreaker#call`.
@@ -927,4 +911,3 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
     Ok(())
 }
-

@@ -105,7 +105,8 @@ impl ManualClock {
 /// the process's system clocks forward. Returns the total travelled.
 fn travel(ruby: &Ruby, seconds: Value) -> Result<f64, Error> {
     let secs = args::float(ruby, "seconds", seconds)?;
-    let total = circuit_breaker_core::clock::travel_secs(secs).map_err(|e| config_error_given(ruby, e, |_| Some(seconds)))?;
+    let total =
+        circuit_breaker_core::clock::travel_secs(secs).map_err(|e| config_error_given(ruby, e, |_| Some(seconds)))?;
     Ok(secs_from_nanos(total))
 }
 

@@ -1,13 +1,15 @@
-//! Raw CRuby calls the binding makes beyond magnus, each behind a small
-//! safe wrapper, so the rest of the binding reads as plain Rust.
+//! Every raw CRuby call the binding makes beyond magnus, each behind a small
+//! wrapper (safe where it can be), so the rest of the binding reads as plain
+//! Rust and the unsafe surface is in one place.
 
 use std::ffi::{c_void, CStr};
 
 use magnus::error::ErrorType;
-use magnus::rb_sys::{AsRawValue, FromRawValue};
+use magnus::rb_sys::{AsRawId, AsRawValue, FromRawValue};
 use magnus::typed_data::Obj;
+use magnus::value::{Id, ReprValue};
 use magnus::Class;
-use magnus::{Error, Exception, RClass, Ruby, TypedData, Value};
+use magnus::{Error, Exception, ExceptionClass, RClass, Ruby, TypedData, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Runs `f` without the GVL, so the process's other threads, `Timeout` and
@@ -71,7 +73,7 @@ pub fn resume_error(e: Error) -> ! {
     match e.error_type() {
         ErrorType::Exception(ex) => resume_raise(*ex),
         // SAFETY: the jump's state is still in the VM, as rb_protect left it.
-        ErrorType::Jump(tag) => unsafe { rb_sys::rb_jump_tag(*tag as i32) },
+        ErrorType::Jump(tag) => unsafe { resume_jump(*tag as i32) },
         ErrorType::Error(class, message) => {
             let ex = class.new_instance((message.as_ref(),)).unwrap_or_else(|e| match e.error_type() {
                 ErrorType::Exception(ex) => *ex,
@@ -99,7 +101,8 @@ pub fn define_method_0<M: Method0>(class: RClass, name: &CStr) {
         let ruby = unsafe { Ruby::get_unchecked() };
         let data_type = <M::Receiver as TypedData>::data_type() as *const magnus::DataType;
         // SAFETY: DataType is a transparent wrapper of rb_data_type_t.
-        let wrapped = unsafe { rb_sys::rb_typeddata_is_kind_of(rb_self, data_type as *const rb_sys::rb_data_type_t) } != 0;
+        let wrapped =
+            unsafe { rb_sys::rb_typeddata_is_kind_of(rb_self, data_type as *const rb_sys::rb_data_type_t) } != 0;
         let result = if wrapped {
             // SAFETY: `rb_self` wraps an M::Receiver (checked just above);
             // Obj is a transparent wrapper of the object's VALUE.
@@ -122,7 +125,10 @@ pub fn define_method_0<M: Method0>(class: RClass, name: &CStr) {
         rb_sys::rb_define_method(
             class.as_raw(),
             name.as_ptr(),
-            Some(std::mem::transmute::<unsafe extern "C" fn(rb_sys::VALUE) -> rb_sys::VALUE, unsafe extern "C" fn() -> rb_sys::VALUE>(f)),
+            Some(std::mem::transmute::<
+                unsafe extern "C" fn(rb_sys::VALUE) -> rb_sys::VALUE,
+                unsafe extern "C" fn() -> rb_sys::VALUE,
+            >(f)),
             0,
         )
     };
@@ -136,4 +142,92 @@ fn panic_error(ruby: &Ruby, panic: Box<dyn std::any::Any + Send>) -> Error {
         _ => "panic".to_owned(),
     };
     Error::new(ruby.exception_fatal(), msg)
+}
+
+/// A raw handle of a Ruby object, for objects their holder keeps alive and
+/// pinned (a mark function, `gc_register_mark_object`), so the handle never
+/// dangles or moves.
+pub type Raw = rb_sys::VALUE;
+
+/// The handle of `v` (also an identity: equal handles, same object).
+#[inline]
+pub fn raw<T: ReprValue>(v: T) -> Raw {
+    v.as_value().as_raw()
+}
+
+/// The object behind a handle.
+///
+/// # Safety
+/// `raw` is the handle of an object that is still alive.
+#[inline]
+pub unsafe fn object(raw: Raw) -> Value {
+    // SAFETY: the caller guarantees a live object.
+    unsafe { Value::from_raw(raw) }
+}
+
+/// Whether `obj.kind_of?(module)`, without a method call. `module` must be
+/// the handle of a live Module (Ruby raises otherwise).
+#[inline]
+pub fn kind_of<T: ReprValue>(obj: T, module: Raw) -> bool {
+    // SAFETY: both are live objects and `module` a Module, as required.
+    unsafe { rb_sys::rb_obj_is_kind_of(raw(obj), module) != rb_sys::Qfalse as Raw }
+}
+
+/// A new instance of `class`, without running `initialize`.
+pub fn alloc(class: ExceptionClass) -> Value {
+    // SAFETY: rb_obj_alloc on a live class returns a valid object.
+    unsafe { Value::from_raw(rb_sys::rb_obj_alloc(raw(class))) }
+}
+
+/// Sets the instance variable `name` of `obj` without calling Ruby code.
+pub fn ivar_set<T: ReprValue, V: ReprValue>(obj: T, name: Id, v: V) {
+    // SAFETY: live objects and an interned name.
+    unsafe { rb_sys::rb_ivar_set(raw(obj), name.as_raw(), raw(v)) };
+}
+
+/// Whether `module` has the constant `name` (no `const_missing` call).
+pub fn const_defined<T: ReprValue>(module: T, name: Id) -> bool {
+    // SAFETY: rb_const_defined only reads the constant table.
+    unsafe { rb_sys::rb_const_defined(raw(module), name.as_raw()) != 0 }
+}
+
+/// Resumes the jump (`break`, `throw`, `Thread#kill`…) that `rb_protect`
+/// caught with `tag`.
+///
+/// # Safety
+/// The jump's state is still in the VM, as `rb_protect` left it; only plain
+/// data may be alive in the callers' frames.
+pub unsafe fn resume_jump(tag: i32) -> ! {
+    // SAFETY: as the caller guarantees.
+    unsafe { rb_sys::rb_jump_tag(tag) }
+}
+
+/// Resumes the jump `tag` (see [`resume_jump`]) with `ensure` running on
+/// the way out, as a Ruby `ensure` clause runs during a jump (`rb_ensure`).
+/// If `ensure` raises (through [`resume_raise`]), that replaces the jump.
+///
+/// # Safety
+/// As for [`resume_jump`]; whatever `ensure` owns must be dropped before it
+/// raises.
+pub unsafe fn resume_jump_ensuring<F: FnOnce()>(tag: i32, ensure: F) -> ! {
+    unsafe extern "C" fn body(tag: Raw) -> Raw {
+        // SAFETY: the caller of `resume_jump_ensuring` guarantees the jump.
+        unsafe { rb_sys::rb_jump_tag(tag as i32) }
+    }
+    unsafe extern "C" fn run<F: FnOnce()>(data: Raw) -> Raw {
+        // SAFETY: `data` points at the `Option<F>` on the stack of
+        // `resume_jump_ensuring`, which rb_ensure has not unwound yet.
+        let ensure = unsafe { &mut *(data as *mut Option<F>) };
+        if let Some(f) = ensure.take() {
+            f();
+        }
+        rb_sys::Qnil as Raw
+    }
+    let mut ensure = Some(ensure);
+    // SAFETY: both functions follow rb_ensure's contract; `ensure` is taken
+    // (and so consumed) before the jump leaves this frame.
+    unsafe {
+        rb_sys::rb_ensure(Some(body), tag as Raw, Some(run::<F>), &mut ensure as *mut Option<F> as Raw);
+    }
+    unreachable!("rb_ensure resumes the jump")
 }

@@ -3,23 +3,20 @@
 //! in Ruby, `lib/circuit_breaker/errors.rb`, and looked up lazily here).
 
 use circuit_breaker_core::ConfigError;
-use magnus::{value::Lazy, prelude::*, Error, ExceptionClass, RClass, Ruby, Value};
+use magnus::{prelude::*, value::Lazy, Error, ExceptionClass, RClass, Ruby, Value};
 
 /// `CircuitBreaker::OpenError`, which `check_declared` found at load time.
-pub static OPEN_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
-    open_error_class(ruby).unwrap_or_else(|_| ruby.exception_standard_error())
-});
+pub static OPEN_ERROR: Lazy<ExceptionClass> =
+    Lazy::new(|ruby| open_error_class(ruby).unwrap_or_else(|_| ruby.exception_standard_error()));
 
 /// `CircuitBreaker::Failure`: raised inside `call`, always a failure.
-pub static FAILURE: Lazy<ExceptionClass> = Lazy::new(|ruby| {
-    declared(ruby, "Failure").unwrap_or_else(|_| ruby.exception_standard_error())
-});
+pub static FAILURE: Lazy<ExceptionClass> =
+    Lazy::new(|ruby| declared(ruby, "Failure").unwrap_or_else(|_| ruby.exception_standard_error()));
 
 /// `CircuitBreaker::LockTimeoutError`: a step that cannot be skipped
 /// (control, metrics) found the shared lock busy past its bound.
-pub static LOCK_TIMEOUT_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
-    declared(ruby, "LockTimeoutError").unwrap_or_else(|_| ruby.exception_standard_error())
-});
+pub static LOCK_TIMEOUT_ERROR: Lazy<ExceptionClass> =
+    Lazy::new(|ruby| declared(ruby, "LockTimeoutError").unwrap_or_else(|_| ruby.exception_standard_error()));
 
 fn open_error_class(ruby: &Ruby) -> Result<ExceptionClass, Error> {
     declared(ruby, "OpenError")
@@ -97,7 +94,8 @@ pub fn shown(v: Value) -> String {
     };
     if let Some(ary) = magnus::RArray::from_value(v) {
         if ary.len() > 4 {
-            let head: Vec<String> = (0..3).filter_map(|i| ary.entry::<Value>(i).ok()).map(|x| cut(x.inspect())).collect();
+            let head: Vec<String> =
+                (0..3).filter_map(|i| ary.entry::<Value>(i).ok()).map(|x| cut(x.inspect())).collect();
             return format!("[{}, ... ({} elements)]", head.join(", "), ary.len());
         }
     }

@@ -268,7 +268,9 @@ impl Shared {
     /// The window's slow-call threshold.
     pub fn slow_threshold_ms(&self) -> f64 {
         match self.spec {
-            WindowSpec::Count { slow_threshold_ms, .. } | WindowSpec::Time { slow_threshold_ms, .. } => slow_threshold_ms,
+            WindowSpec::Count { slow_threshold_ms, .. } | WindowSpec::Time { slow_threshold_ms, .. } => {
+                slow_threshold_ms
+            }
         }
     }
 
@@ -386,7 +388,12 @@ pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Arc<Shared>, Error> {
     if let Ok(w) = <&TimeWindow>::try_convert(v) {
         return Ok(w.shared(ruby)?.clone());
     }
-    Err(crate::errors::type_error(ruby, "window", "nil, a CircuitBreaker::SlidingWindow or a CircuitBreaker::TimeWindow", v))
+    Err(crate::errors::type_error(
+        ruby,
+        "window",
+        "nil, a CircuitBreaker::SlidingWindow or a CircuitBreaker::TimeWindow",
+        v,
+    ))
 }
 
 /// The Ruby window object of a record.
@@ -430,7 +437,14 @@ impl SlidingWindow {
 impl TimeWindow {
     /// `initialize`'s native half: the keywords converted (ranges are the
     /// core's to check).
-    fn setup(ruby: &Ruby, rb_self: &Self, seconds: Value, buckets: Value, slow: Value, clock: Value) -> Result<(), Error> {
+    fn setup(
+        ruby: &Ruby,
+        rb_self: &Self,
+        seconds: Value,
+        buckets: Value,
+        slow: Value,
+        clock: Value,
+    ) -> Result<(), Error> {
         let given = |name: &str| match name {
             "seconds" => Some(seconds),
             "buckets" => Some(buckets),

@@ -161,7 +161,8 @@ impl Config {
         let slow_rate_threshold = check_f64("slow_rate_threshold", RATE, o.slow_rate_threshold, 0.0, true, 1.0)?;
         let min_calls = check_int("min_calls", "an Integer in 1..1_000_000_000", o.min_calls, 1, 1_000_000_000)?;
         let open_duration = check_secs("open_duration", "a finite number of seconds > 0", o.open_duration)?;
-        let half_open_calls = check_int("half_open_calls", "an Integer in 1..1_000_000", o.half_open_calls, 1, 1_000_000)?;
+        let half_open_calls =
+            check_int("half_open_calls", "an Integer in 1..1_000_000", o.half_open_calls, 1, 1_000_000)?;
         let ramp = check_ramp(&o.ramp)?;
         let advance_rate = check_f64("advance_rate", RATE, o.advance_rate, 0.0, true, 1.0)?;
         let reopen_rate = match o.reopen_rate {
@@ -175,7 +176,9 @@ impl Config {
         let probe_timeout = match o.probe_timeout {
             ProbeTimeout::OpenDuration => Some(open_duration),
             ProbeTimeout::Never => None,
-            ProbeTimeout::Seconds(s) => Some(check_secs("probe_timeout", "nil, false or a finite number of seconds > 0", s)?),
+            ProbeTimeout::Seconds(s) => {
+                Some(check_secs("probe_timeout", "nil, false or a finite number of seconds > 0", s)?)
+            }
         };
         const STAGE: &str = "a finite number of seconds >= 0, at most half_open_timeout";
         let min_stage_duration = check_f64("min_stage_duration", STAGE, o.min_stage_duration, 0.0, false, f64::MAX)?;
@@ -189,7 +192,9 @@ impl Config {
             Some(s) if s >= o.open_duration => {
                 Some(check_secs("max_open_duration", "nil or a finite number of seconds >= open_duration", s)?)
             }
-            Some(s) => return Err(out_of_range("max_open_duration", "nil or a finite number of seconds >= open_duration", s)),
+            Some(s) => {
+                return Err(out_of_range("max_open_duration", "nil or a finite number of seconds >= open_duration", s))
+            }
         };
         let jitter = if (0.0..1.0).contains(&o.jitter) {
             o.jitter
@@ -301,7 +306,10 @@ mod tests {
             o.min_stage_duration = 2.0
         })
         .unwrap_err();
-        assert_eq!(e.to_string(), "min_stage_duration must be a finite number of seconds >= 0, at most half_open_timeout (got 2)");
+        assert_eq!(
+            e.to_string(),
+            "min_stage_duration must be a finite number of seconds >= 0, at most half_open_timeout (got 2)"
+        );
         assert!(with(|o| {
             o.half_open_timeout = Some(2.0);
             o.min_stage_duration = 2.0

@@ -19,6 +19,6 @@ pub mod window;
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Nanos};
 pub use config::{Config, ConfigError, Options, ProbeTimeout};
 pub use counters::Counters;
-pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
 pub use record::{HeapRecord, Layout, Record, WindowSpec};
+pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
 pub use window::{Bucket, Buckets, CountWindow, Counts, PlacedWindow, RelSlice, Slots, TimeWindow, Window};

@@ -76,7 +76,12 @@ impl Record {
     /// `block` must be valid for writes of `layout.size` bytes, aligned to
     /// `layout.align`, and the record must never move afterwards. `layout`
     /// must be `Layout::of(spec)`.
-    pub unsafe fn init<'a>(block: *mut u8, layout: &Layout, spec: &WindowSpec, seed: u64) -> Result<&'a mut Record, ConfigError> {
+    pub unsafe fn init<'a>(
+        block: *mut u8,
+        layout: &Layout,
+        spec: &WindowSpec,
+        seed: u64,
+    ) -> Result<&'a mut Record, ConfigError> {
         // SAFETY: the caller guarantees the block; the storage lies after
         // the record, inside it, at an offset aligned for its items.
         let storage = unsafe { block.add(layout.storage_offset) };

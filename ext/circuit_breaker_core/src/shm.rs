@@ -205,7 +205,19 @@ pub fn layout_hash() -> u64 {
     let h = ConfigHash::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
     let h = hash_layout!(
         h,
-        Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published, half_open_at, dropped }
+        Header {
+            magic,
+            version,
+            ready,
+            header_size,
+            record_size,
+            config_hash,
+            layout_hash,
+            mutex,
+            published,
+            half_open_at,
+            dropped
+        }
     );
     let h = h.usize(size_of::<libc::pthread_mutex_t>()).usize(align_of::<libc::pthread_mutex_t>());
     Record::layout(h).finish()
@@ -396,7 +408,8 @@ impl MappedRecord {
                 return Err(os_error(format!("cannot open {shown}")));
             }
             let fd = Fd(fd);
-            range_lock(fd.0, INIT, libc::F_WRLCK, true).map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
+            range_lock(fd.0, INIT, libc::F_WRLCK, true)
+                .map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
             if !still_at(fd.0, &cpath) {
                 // Removed by `remove_unused` of another process between our
                 // open and our lock: open the path again.
@@ -413,7 +426,15 @@ impl MappedRecord {
 
     /// Sizes (reserving the space), maps, and validates or builds the file
     /// open at `fd`, whose `INIT` lock the caller holds.
-    fn map(fd: Fd, shown: &str, len: usize, hsize: usize, layout: &Layout, key: &Key, seed: u64) -> Result<Self, ShmError> {
+    fn map(
+        fd: Fd,
+        shown: &str,
+        len: usize,
+        hsize: usize,
+        layout: &Layout,
+        key: &Key,
+        seed: u64,
+    ) -> Result<Self, ShmError> {
         let st = fstat(fd.0).map_err(|e| ShmError::Io { context: format!("cannot stat {shown}"), source: e })?;
         // Only a private regular file of ours: another user's file (in a
         // world-writable directory such as /dev/shm) could be read,
@@ -456,7 +477,8 @@ impl MappedRecord {
         }
         // SAFETY: maps `len` bytes of a file that now has at least `len`
         // bytes, all allocated.
-        let base = unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0) };
+        let base =
+            unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0) };
         if base == libc::MAP_FAILED {
             return Err(os_error(format!("cannot map {shown}")));
         }
@@ -498,7 +520,14 @@ impl MappedRecord {
     ///
     /// # Safety
     /// The caller holds the file's INIT lock and nobody uses the mapping.
-    unsafe fn initialise(&self, hsize: usize, layout: &Layout, spec: &WindowSpec, config_hash: u64, seed: u64) -> Result<(), ShmError> {
+    unsafe fn initialise(
+        &self,
+        hsize: usize,
+        layout: &Layout,
+        spec: &WindowSpec,
+        config_hash: u64,
+        seed: u64,
+    ) -> Result<(), ShmError> {
         // SAFETY: the mapping is `len` bytes, reserved, used by nobody else.
         unsafe { ptr::write_bytes(self.base, 0, self.len) };
         let header = self.header();
@@ -514,10 +543,14 @@ impl MappedRecord {
             rc
         };
         if rc != 0 {
-            return Err(ShmError::Io { context: "cannot create the shared mutex".into(), source: io::Error::from_raw_os_error(rc) });
+            return Err(ShmError::Io {
+                context: "cannot create the shared mutex".into(),
+                source: io::Error::from_raw_os_error(rc),
+            });
         }
         // SAFETY: the block after the header is `layout.size` bytes, 64-aligned.
-        unsafe { Record::init(self.base.add(hsize), layout, spec, seed) }.map_err(|e| ShmError::Mismatch(e.to_string()))?;
+        unsafe { Record::init(self.base.add(hsize), layout, spec, seed) }
+            .map_err(|e| ShmError::Mismatch(e.to_string()))?;
         // SAFETY: plain writes to the header, which nobody else reads yet.
         unsafe {
             (*header).magic = MAGIC;
@@ -855,7 +888,10 @@ mod tests {
     #[test]
     fn an_unwritable_place_is_an_io_error() {
         let k = key("p", 7, &SPEC);
-        assert!(matches!(MappedRecord::open(&k, Path::new("/proc/cb-cannot-create-here"), 1), Err(ShmError::Io { .. })));
+        assert!(matches!(
+            MappedRecord::open(&k, Path::new("/proc/cb-cannot-create-here"), 1),
+            Err(ShmError::Io { .. })
+        ));
     }
 
     #[test]

@@ -298,7 +298,8 @@ impl Breaker {
             h,
             Breaker { state, generation, opened_at, open_for, open_base, stage, counters, tripped, rng }
         );
-        let h = crate::hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
+        let h =
+            crate::hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
         crate::ramp::layout(h)
     }
 
@@ -436,7 +437,13 @@ impl Breaker {
         (self.snapshot(w, cfg, now), out)
     }
 
-    fn manual<S: Slots, B: Buckets>(&mut self, to: State, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+    fn manual<S: Slots, B: Buckets>(
+        &mut self,
+        to: State,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+    ) -> Transitions {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         self.enter(to, Reason::Manual, w, cfg, now, &mut out);
@@ -452,7 +459,13 @@ impl Breaker {
         self.opened_at.saturating_add(self.open_for).saturating_sub(now).max(0)
     }
 
-    fn apply_timers<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos, out: &mut Transitions) {
+    fn apply_timers<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
         match self.state {
             State::Open if now >= self.opened_at.saturating_add(self.open_for) => {
                 self.enter(State::HalfOpen, Reason::CoolDownElapsed, w, cfg, now, out);
@@ -645,7 +658,15 @@ impl Breaker {
             }
         };
         let tripped = matches!(self.state, State::Open | State::HalfOpen).then_some(self.tripped);
-        Metrics { state: self.state, counts: w.counts(now), counters: self.counters, tripped, stage, admit_share, retry_after }
+        Metrics {
+            state: self.state,
+            counts: w.counts(now),
+            counters: self.counters,
+            tripped,
+            stage,
+            admit_share,
+            retry_after,
+        }
     }
 }
 

@@ -2,9 +2,9 @@
 //! generations) and §3.5 (manual control, metrics). Time is always an
 //! explicit `now` in nanoseconds; nothing sleeps.
 
-use super::*;
 use super::Reason::*;
 use super::State::*;
+use super::*;
 use crate::config::{Options, ProbeTimeout};
 use crate::window::{CountWindow, TimeWindow};
 use proptest::prelude::*;
@@ -199,7 +199,10 @@ fn a_breaker_opens_probes_reopens_longer_then_recovers_step_by_step() {
     let (d, t) = r.acquire(half);
     assert_eq!(changes(&t), [(Open, HalfOpen, CoolDownElapsed)]);
     let m = only(&t).metrics;
-    assert_eq!((m.state, m.stage, m.admit_share, m.retry_after, m.counters.rejected), (HalfOpen, Some(0), 0.5, Some(0), 1));
+    assert_eq!(
+        (m.state, m.stage, m.admit_share, m.retry_after, m.counters.rejected),
+        (HalfOpen, Some(0), 0.5, Some(0), 1)
+    );
     assert_eq!(m.tripped, open_metrics.tripped);
     let Decision::Allowed(p1) = d else { panic!("first call of a stage rejected: {d:?}") };
     assert!(p1.probe);

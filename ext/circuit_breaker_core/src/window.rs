@@ -443,7 +443,8 @@ impl<S: Slots, B: Buckets> Window<S, B> {
 /// [`crate::shm::layout_hash`]).
 pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
     let h = crate::hash_layout!(h, enum PlacedWindow);
-    let h = crate::hash_layout!(h, CountWindow<RelSlice<u8>> { slots, slow_threshold_ms, head, len, failures, slow_calls });
+    let h =
+        crate::hash_layout!(h, CountWindow<RelSlice<u8>> { slots, slow_threshold_ms, head, len, failures, slow_calls });
     let h = crate::hash_layout!(h, TimeWindow<RelSlice<Bucket>> { buckets, span, width, slow_threshold_ms, totals, newest });
     let h = crate::hash_layout!(h, RelSlice<u8> { offset, len, _items });
     let h = crate::hash_layout!(h, RelSlice<Bucket> { offset, len, _items });
