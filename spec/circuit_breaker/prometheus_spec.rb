@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "open3"
+require "tmpdir"
 require "circuit_breaker/prometheus"
 
 # SPEC §8: CircuitBreaker::Prometheus, checked with the real promtool.
@@ -114,6 +115,20 @@ RSpec.describe CircuitBreaker::Prometheus do
       text = described_class.render(breakers, labels: { worker: "0" })
       out, status = promtool(text)
       expect([out, status.exitstatus]).to eq(["", 0])
+    end
+
+    it "accepts the alert rules of docs/operating.md (promtool check rules)" do
+      docs = File.read(File.expand_path("../../docs/operating.md", __dir__))
+      rules = docs[/```yaml\n(groups:.*?)```/m, 1]
+      expect(rules).to include("CircuitBreakerOpenTooLong", "CircuitBreakerRejectingCalls")
+      Dir.mktmpdir do |dir|
+        path = File.join(dir, "rules.yml")
+        File.write(path, rules)
+        out, status = Open3.capture2e("promtool", "check", "rules", path)
+        expect(status).to be_success, out
+      end
+    rescue Errno::ENOENT
+      skip "promtool is missing (bin/test installs Debian's prometheus)"
     end
 
     it "would see a mistake (the check is real)" do

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "json"
+require "net/http"
 require "open3"
 require "tmpdir"
 
@@ -20,6 +22,34 @@ RSpec.describe "bin/demo", :integration do
       expect(out).to include("report: #{report}")
       html = File.read(report)
       expect(html).to include("<svg").and include("error burst").and include("half-open")
+      # The breaker's own counters, live and in the report; an open breaker shows what opened it.
+      expect(out).to match(/breaker counters\s+calls [1-9]\d*, successes \d+, failures [1-9]\d*, .*opened [1-9]/)
+      expect(out).to match(/OPEN\s+\(\d+%\)/)
+      expect(html).to include("breaker counters (metrics)")
+    end
+  end
+
+  it "serves the status page while it runs (--serve)" do
+    out = +""
+    Open3.popen2e({ "DEMO_SCALE" => "0.25", "NO_COLOR" => "1" }, RbConfig.ruby, File.join(root, "bin/demo"),
+                  "--serve", "0", "--out", File.join(Dir.tmpdir, "demo-serve-#{Process.pid}.html"),
+                  chdir: root) do |stdin, output, waiter|
+      stdin.close
+      url = nil
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 120
+      while url.nil? && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline && (line = output.gets)
+        out << line
+        url = line[%r{status page: (http://127\.0\.0\.1:\d+/)}, 1]
+      end
+      expect(url).not_to be_nil, out
+      status = JSON.parse(Net::HTTP.get(URI("#{url}status.json")))
+      expect(status["breakers"].map { |b| b["name"] }).to eq(["orders"])
+      expect(Net::HTTP.get(URI("#{url}metrics"))).to include('circuit_breaker_calls_total{breaker="orders"}')
+      expect(Net::HTTP.get(URI(url))).to include("<title>Circuit breakers</title>")
+      output.each_line { |l| out << l } # the run goes on to its end
+      expect(waiter.value).to be_success, out
+    ensure
+      Process.kill(:TERM, waiter.pid) if waiter&.alive?
     end
   end
 
