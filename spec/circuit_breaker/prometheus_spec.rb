@@ -117,14 +117,48 @@ RSpec.describe CircuitBreaker::Prometheus do
       expect([out, status.exitstatus]).to eq(["", 0])
     end
 
-    it "accepts the alert rules of docs/operating.md (promtool check rules)" do
+    # Series as the exposition names them: open from minute 2, as many
+    # calls rejected as made.
+    let(:rule_tests) do
+      <<~YAML
+        rule_files: [rules.yml]
+        evaluation_interval: 1m
+        tests:
+          - interval: 1m
+            input_series:
+              - series: 'circuit_breaker_state{instance="web-1",breaker="payments",state="open"}'
+                values: '0 0 1x20'
+              - series: 'circuit_breaker_calls_total{instance="web-1",breaker="payments"}'
+                values: '0+60x22'
+              - series: 'circuit_breaker_rejected_calls_total{instance="web-1",breaker="payments"}'
+                values: '0+60x22'
+            alert_rule_test:
+              - eval_time: 8m
+                alertname: CircuitBreakerOpenTooLong
+                exp_alerts: []
+              - eval_time: 13m
+                alertname: CircuitBreakerOpenTooLong
+                exp_alerts:
+                  - exp_labels: { severity: page, instance: web-1, breaker: payments }
+                    exp_annotations: { summary: "circuit payments on web-1 has not closed for 10 minutes" }
+              - eval_time: 15m
+                alertname: CircuitBreakerRejectingCalls
+                exp_alerts:
+                  - exp_labels: { severity: ticket, breaker: payments }
+                    exp_annotations: { summary: "circuit payments rejects 50% of its calls" }
+      YAML
+    end
+
+    it "accepts the alert rules of docs/operating.md, which fire when they should (promtool check/test rules)" do
       docs = File.read(File.expand_path("../../docs/operating.md", __dir__))
       rules = docs[/```yaml\n(groups:.*?)```/m, 1]
       expect(rules).to include("CircuitBreakerOpenTooLong", "CircuitBreakerRejectingCalls")
       Dir.mktmpdir do |dir|
-        path = File.join(dir, "rules.yml")
-        File.write(path, rules)
-        out, status = Open3.capture2e("promtool", "check", "rules", path)
+        File.write(File.join(dir, "rules.yml"), rules)
+        File.write(File.join(dir, "test.yml"), rule_tests)
+        out, status = Open3.capture2e("promtool", "check", "rules", "rules.yml", chdir: dir)
+        expect(status).to be_success, out
+        out, status = Open3.capture2e("promtool", "test", "rules", "test.yml", chdir: dir)
         expect(status).to be_success, out
       end
     rescue Errno::ENOENT
