@@ -1,0 +1,39 @@
+# frozen_string_literal: true
+
+# The harness itself: a real redis-server on a unix socket, and each fault
+# the fleet specs inject really happens.
+RSpec.describe RedisServer, :redis do
+  it "runs on a unix socket with no TCP port and no persistence" do
+    expect(redis_server.command("PING")).to eq("PONG")
+    expect(redis_server.command("CONFIG", "GET", "port")).to eq(%w[port 0])
+    expect(redis_server.command("CONFIG", "GET", "save")).to eq(["save", ""])
+  end
+
+  it "pauses with SIGSTOP and resumes with SIGCONT" do
+    redis_server.pause
+    expect(redis_server.ping?).to be(false)
+    redis_server.resume
+    expect(redis_server.ping?).to be(true)
+  end
+
+  it "restarts empty on the same socket after kill -9" do
+    redis_server.command("SET", "k", "v")
+    old = redis_server.pid
+    redis_server.crash_and_restart
+    expect(redis_server.pid).not_to eq(old)
+    expect(redis_server.command("GET", "k")).to be_nil
+  end
+
+  it "refuses writes when out of memory, until the limit goes" do
+    redis_server.limit_memory
+    expect { redis_server.command("SET", "k2", "v") }.to raise_error(/OOM/)
+    redis_server.unlimit_memory
+    expect(redis_server.command("SET", "k2", "v")).to eq("OK")
+  end
+
+  it "counts commands (INFO commandstats)" do
+    before = redis_server.command_counts.fetch("get", 0)
+    3.times { redis_server.command("GET", "nothing") }
+    expect(redis_server.command_counts.fetch("get")).to eq(before + 3)
+  end
+end
