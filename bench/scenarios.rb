@@ -18,10 +18,11 @@ module Bench
   # target:, value:, met:}; `value` is what the target is about (a ratio),
   # `met` true/false, or nil where no target applies.
   module Scenarios
-    ALL = %w[success failure rejection rejection_as threads rates shared].freeze
+    ALL = %w[success failure rejection rejection_as threads rates shared fleet].freeze
 
     IMPLS = {
-      bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker", shared: "circuit_breaker shared:"
+      bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker", shared: "circuit_breaker shared:",
+      fleet_up: "fleet:, Redis up", fleet_paused: "fleet:, Redis paused (SIGSTOP)", fleet_down: "fleet:, Redis down"
     }.freeze
 
     module_function
@@ -85,6 +86,14 @@ module Bench
       ]
     ensure
       File.delete(shared.shared_path) if shared&.shared_path && File.exist?(shared.shared_path)
+    end
+
+    # closed, `call { 1 }` on a fleet breaker (docs/fleet.md) with Redis up,
+    # paused and down, against the same breaker without `fleet:`; then the
+    # Redis load and the convergence of bench/fleet.rb
+    def fleet
+      require_relative "fleet"
+      Bench::Fleet.rows(self)
     end
 
     # closed, the block raises, the caller rescues; recorded, never trips

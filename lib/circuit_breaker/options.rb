@@ -46,12 +46,19 @@ class CircuitBreaker
                  open_duration: 30, half_open_calls: 2, ramp: [1.0], advance_rate: 1.0, reopen_rate: nil,
                  record_errors: [StandardError], ignore_errors: [], failure_if: nil, half_open_timeout: nil,
                  probe_timeout: nil, min_stage_duration: 0, backoff: 1.0, max_open_duration: nil, jitter: 0.0,
-                 name: nil, clock: nil, logger: nil, shared: nil, namespace: nil)
+                 name: nil, clock: nil, logger: nil, shared: nil, namespace: nil, fleet: nil, fleet_interval: nil)
     unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
       raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
     end
+    raise ArgumentError, "fleet_interval: needs fleet:" if fleet.nil? && !fleet_interval.nil?
+
+    # Checked before the breaker exists (docs/fleet.md); nothing connects yet.
+    fleet_settings = Fleet.settings(fleet, fleet_interval) unless fleet.nil?
 
     namespace = CircuitBreaker.__send__(:__shared_key, :namespace, namespace, empty: true) unless namespace.nil?
+    # Fleet keys are namespaced only when asked: the hosts of one fleet may
+    # run from different directories (docs/fleet.md, "Keys").
+    fleet_namespace = namespace
     unless shared.nil?
       shared = CircuitBreaker.__send__(:__shared_key, :shared, shared)
       namespace ||= CircuitBreaker.default_namespace
@@ -67,6 +74,9 @@ class CircuitBreaker
               jitter: jitter, name: name, clock: clock, shared: shared, namespace: namespace
             })
     @logger = logger
+    return unless fleet_settings
+
+    Fleet.attach(self, *fleet_settings, shared: shared && "#{namespace}:#{shared}", namespace: fleet_namespace)
   end
 
   # The seeds' spellings (SPEC.md §3.4), so the articles' classes port by

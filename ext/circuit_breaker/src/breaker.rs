@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
 use circuit_breaker_core::config::{probe_quota, probe_ratio};
+use circuit_breaker_core::fleet;
 use circuit_breaker_core::{
     Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, ProbeTimeout, Reason,
     Rejection, State, Transitions,
@@ -845,6 +846,70 @@ impl Breaker {
         rb_self.get(ruby)?.notify_rejects.store(on, Ordering::Relaxed);
         Ok(())
     }
+
+    /// The fleet's key for this breaker: its configuration and window
+    /// settings, hashed (docs/fleet.md, "Keys").
+    fn fleet_hash(ruby: &Ruby, rb_self: &Self) -> Result<String, Error> {
+        let this = rb_self.get(ruby)?;
+        Ok(format!("{:016x}", fleet::key_hash(&this.cfg, &this.shared.spec())))
+    }
+
+    /// The fleet's probe quota per stage (the script grants up to it).
+    fn fleet_quota(ruby: &Ruby, rb_self: &Self) -> Result<u32, Error> {
+        Ok(rb_self.get(ruby)?.cfg.half_open_calls)
+    }
+
+    /// The longest an opening can last, in ms (the keys' TTL follows it).
+    fn fleet_longest_open_ms(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
+        let cfg = &rb_self.get(ruby)?.cfg;
+        Ok(cfg.max_open_duration.unwrap_or(cfg.open_duration) / 1_000_000)
+    }
+
+    /// Makes this a fleet breaker: its manual actions go to the fleet.
+    fn fleet_attach(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+        rb_self.get(ruby)?.step_or_raise(ruby, |b, _, _| b.attach_fleet())
+    }
+
+    /// Whether this process sends for the breaker (`shared:`: one per
+    /// host; the others stand by and take over when it goes silent for
+    /// `stale_ms`), and whether the last send succeeded.
+    fn fleet_claim(ruby: &Ruby, rb_self: &Self, stale_ms: u64) -> Result<(bool, bool), Error> {
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let pid = std::process::id();
+        let stale = i64::try_from(stale_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
+        this.step_or_raise(ruby, |b, _, _| (b.fleet_claim(pid, now, stale), b.fleet_connected()))
+    }
+
+    /// The pid of the process that sends for this breaker (0: none yet).
+    fn fleet_syncer(ruby: &Ruby, rb_self: &Self) -> Result<u32, Error> {
+        rb_self.get(ruby)?.step_or_raise(ruby, |b, _, _| b.fleet_syncer())
+    }
+
+    /// What the syncer sends next for this breaker (Integers).
+    fn fleet_report(ruby: &Ruby, rb_self: &Self) -> Result<RArray, Error> {
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let report = this.step_or_raise(ruby, |b, w, c| b.fleet_report(w, c, now))?;
+        Ok(ruby.ary_from_iter(report))
+    }
+
+    /// Takes the script's reply (nil: the send failed), notifies what
+    /// changed, and answers whether the host is connected. Anything but an
+    /// Array of Integers is a malformed reply.
+    fn fleet_receive(ruby: &Ruby, rb_self: Obj<Self>, reply: Value) -> Result<bool, Error> {
+        let ints: Option<Vec<i64>> = RArray::from_value(reply).and_then(|a| {
+            a.into_iter().map(|v| magnus::Integer::from_value(v).and_then(|i| i.to_i64().ok())).collect()
+        });
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let (tr, connected) = this.step_or_raise(ruby, |b, w, c| {
+            let tr = b.fleet_receive(w, c, ints.as_deref(), now);
+            (tr, b.fleet_connected())
+        })?;
+        Self::notify(ruby, rb_self, &tr)?;
+        Ok(connected)
+    }
 }
 
 fn active_support_loaded(ruby: &Ruby) -> bool {
@@ -909,5 +974,13 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__hold_shared_lock", method!(Breaker::hold_shared_lock, 1))?;
     class.define_private_method("__lock_wait=", method!(Breaker::set_lock_wait, 1))?;
     class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
+    class.define_private_method("__fleet_hash", method!(Breaker::fleet_hash, 0))?;
+    class.define_private_method("__fleet_attach", method!(Breaker::fleet_attach, 0))?;
+    class.define_private_method("__fleet_quota", method!(Breaker::fleet_quota, 0))?;
+    class.define_private_method("__fleet_longest_open_ms", method!(Breaker::fleet_longest_open_ms, 0))?;
+    class.define_private_method("__fleet_report", method!(Breaker::fleet_report, 0))?;
+    class.define_private_method("__fleet_claim", method!(Breaker::fleet_claim, 1))?;
+    class.define_private_method("__fleet_syncer", method!(Breaker::fleet_syncer, 0))?;
+    class.define_private_method("__fleet_receive", method!(Breaker::fleet_receive, 1))?;
     Ok(())
 }

@@ -155,6 +155,11 @@ impl Shared {
         Ok(Self::with_store(Store::Mapped(mapped), self.spec, self.own_clock.clone()))
     }
 
+    /// The window's settings.
+    pub fn spec(&self) -> WindowSpec {
+        self.spec
+    }
+
     /// The shared file, if the record is in one.
     pub fn path(&self) -> Option<&Path> {
         match &self.store {

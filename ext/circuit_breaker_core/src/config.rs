@@ -221,6 +221,16 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The open duration after a reopen from half-open, given the last
+    /// one's backed-off length: `base × backoff`, capped by
+    /// `max_open_duration` (a host's breaker and the fleet's, fleet.rs).
+    pub fn backed_off(&self, base: Nanos) -> Nanos {
+        let grown = (base as f64 * self.backoff) as Nanos;
+        self.max_open_duration.map_or(grown, |max| grown.min(max)).max(1)
+    }
+}
+
 /// A `probe_ratio:` (the seeds' one-stage ramp), checked under its own name.
 pub fn probe_ratio(r: f64) -> Result<f64, ConfigError> {
     check_f64("probe_ratio", "a Float in (0.0, 1.0]", r, 0.0, true, 1.0)

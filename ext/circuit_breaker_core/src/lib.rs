@@ -10,6 +10,7 @@
 pub mod clock;
 pub mod config;
 pub mod counters;
+pub mod fleet;
 pub mod ramp;
 pub mod record;
 pub mod shm;

@@ -202,18 +202,25 @@ impl Stage {
         } else {
             self.failed += 1;
         }
-        let finished = self.succeeded + self.failed;
-        let quota_f = f64::from(quota);
-        let best = f64::from(self.succeeded + quota.saturating_sub(finished)) / quota_f;
-        if best < reopen_rate {
-            Verdict::Reopen
-        } else if finished < quota {
-            Verdict::Pending
-        } else if f64::from(self.succeeded) / quota_f >= advance_rate {
-            Verdict::Advance
-        } else {
-            Verdict::Restart
-        }
+        verdict(self.succeeded, self.failed, quota, advance_rate, reopen_rate)
+    }
+}
+
+/// What a stage of `quota` probes knows once `succeeded` passed and
+/// `failed` failed: one rule for a host's stage and the fleet's summed
+/// stage (fleet.rs).
+pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, reopen_rate: f64) -> Verdict {
+    let finished = succeeded.saturating_add(failed);
+    let quota_f = f64::from(quota.max(1));
+    let best = f64::from(succeeded.saturating_add(quota.saturating_sub(finished))) / quota_f;
+    if best < reopen_rate {
+        Verdict::Reopen
+    } else if finished < quota {
+        Verdict::Pending
+    } else if f64::from(succeeded) / quota_f >= advance_rate {
+        Verdict::Advance
+    } else {
+        Verdict::Restart
     }
 }
 

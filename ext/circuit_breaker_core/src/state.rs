@@ -23,6 +23,7 @@
 use crate::clock::{millis_from_nanos, Nanos};
 use crate::config::Config;
 use crate::counters::Counters;
+use crate::fleet::HostSide;
 use crate::ramp::{Cohort, Stage, Verdict, TAG_LIMIT};
 use crate::window::{Buckets, Counts, Slots, Window};
 
@@ -245,6 +246,9 @@ pub struct Breaker {
     /// The window just before the last opening (see [`Metrics::tripped`]).
     tripped: Counts,
     rng: u64,
+    /// The fleet's view and this host's part in it (docs/fleet.md);
+    /// inert unless the breaker was attached to a fleet.
+    pub(crate) fleet: HostSide,
 }
 
 impl Breaker {
@@ -260,6 +264,7 @@ impl Breaker {
             counters: Counters::default(),
             tripped: Counts::default(),
             rng: seed,
+            fleet: HostSide::default(),
         }
     }
 
@@ -296,10 +301,11 @@ impl Breaker {
         let h = crate::hash_layout!(h, enum State);
         let h = crate::hash_layout!(
             h,
-            Breaker { state, generation, opened_at, open_for, open_base, stage, counters, tripped, rng }
+            Breaker { state, generation, opened_at, open_for, open_base, stage, counters, tripped, rng, fleet }
         );
         let h =
             crate::hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
+        let h = crate::fleet::layout(h);
         crate::ramp::layout(h)
     }
 
@@ -320,6 +326,8 @@ impl Breaker {
         if self.state == State::HalfOpen {
             self.stage.after_fork(Cohort::thread_id());
         }
+        // The child is a host of its own: it sends for its copy at once.
+        self.fleet.after_fork();
     }
 
     /// Applies the timers due at `now`.
@@ -343,9 +351,13 @@ impl Breaker {
             State::Closed | State::Disabled => Decision::Allowed(Permit { generation, probe: false, cohort: 0 }),
             State::HalfOpen => {
                 let share = cfg.ramp[self.stage.index as usize];
-                match self.stage.admit(share, cfg.half_open_calls, now, Cohort::thread_id()) {
+                let quota = self.fleet.probe_quota(cfg.half_open_calls);
+                match self.stage.admit(share, quota, now, Cohort::thread_id()) {
                     Some(cohort) => Decision::Allowed(Permit { generation, probe: true, cohort }),
-                    None => self.reject(State::HalfOpen, Some(0)),
+                    None => {
+                        self.fleet.starve();
+                        self.reject(State::HalfOpen, Some(0))
+                    }
                 }
             }
             State::Open => self.reject(State::Open, Some(self.remaining(now))),
@@ -380,7 +392,8 @@ impl Breaker {
                 w.record(duration_ms, success, now);
                 let passed = success && duration_ms < w.slow_threshold_ms();
                 let verdict = self.stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
-                self.judge(verdict, Reason::ProbeFailed, w, cfg, now, &mut out);
+                self.fleet.probe_finished(passed);
+                self.judge(self.fleet.restrain(verdict), Reason::ProbeFailed, w, cfg, now, &mut out);
             }
             (State::Closed | State::Disabled, _) => self.record_closed(w, cfg, outcome, now, &mut out),
             _ => {}
@@ -447,6 +460,7 @@ impl Breaker {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         self.enter(to, Reason::Manual, w, cfg, now, &mut out);
+        self.fleet.command(to, if to == State::Open { self.open_for } else { 0 });
         out
     }
 
@@ -455,7 +469,7 @@ impl Breaker {
         Decision::Rejected(Rejection { state, retry_after })
     }
 
-    fn remaining(&self, now: Nanos) -> Nanos {
+    pub(crate) fn remaining(&self, now: Nanos) -> Nanos {
         self.opened_at.saturating_add(self.open_for).saturating_sub(now).max(0)
     }
 
@@ -507,6 +521,8 @@ impl Breaker {
                 // Recorded as what it was: a call that failed after at least `timeout`.
                 w.record(millis_from_nanos(timeout), false, now);
                 let verdict = self.stage.finish(false, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
+                self.fleet.probe_finished(false);
+                let verdict = self.fleet.restrain(verdict);
                 if verdict != Verdict::Pending {
                     self.judge(verdict, Reason::ProbeTimeout, w, cfg, now, out);
                     break;
@@ -532,17 +548,8 @@ impl Breaker {
         if self.state != State::Closed {
             return;
         }
-        let counts = w.counts(now);
-        let min_calls = cfg.min_calls.min(w.capacity().unwrap_or(u32::MAX));
-        if counts.total < u64::from(min_calls) {
-            return;
-        }
-        // Thresholds are > 0, so a zero count can never reach one: the
-        // common healthy case skips the divisions.
-        if counts.failures > 0 && counts.error_rate() >= cfg.error_rate_threshold {
-            self.enter(State::Open, Reason::ErrorRate, w, cfg, now, out);
-        } else if counts.slow_calls > 0 && counts.slow_call_rate() >= cfg.slow_rate_threshold {
-            self.enter(State::Open, Reason::SlowCallRate, w, cfg, now, out);
+        if let Some(reason) = trip_reason(cfg, &w.counts(now), w.capacity()) {
+            self.enter(State::Open, reason, w, cfg, now, out);
         }
     }
 
@@ -579,10 +586,44 @@ impl Breaker {
         self.stage = Stage::new(self.stage.index, self.stage.entered_at, now);
     }
 
+    /// Half-open at stage `index` from now: a fleet's stage (fleet.rs), a
+    /// new generation with a fresh quota.
+    pub(crate) fn enter_stage<S: Slots, B: Buckets>(
+        &mut self,
+        index: u32,
+        reason: Reason,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
+        if self.state != State::HalfOpen {
+            self.enter(State::HalfOpen, reason, w, cfg, now, out);
+        }
+        self.generation = self.generation.wrapping_add(1);
+        self.stage = Stage::new(index.min(cfg.ramp.len().saturating_sub(1) as u32), now, now);
+    }
+
     fn enter<S: Slots, B: Buckets>(
         &mut self,
         to: State,
         reason: Reason,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
+        self.enter_for(to, reason, None, w, cfg, now, out);
+    }
+
+    /// Enters `to`; an opening lasts `open_for` when given (a fleet's
+    /// remaining time, fleet.rs), else by the backoff rules.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn enter_for<S: Slots, B: Buckets>(
+        &mut self,
+        to: State,
+        reason: Reason,
+        open_for: Option<Nanos>,
         w: &mut Window<S, B>,
         cfg: &Config,
         now: Nanos,
@@ -607,7 +648,10 @@ impl Breaker {
                     }
                 }
                 w.reset();
-                self.open_for = self.next_open_duration(from, reason, cfg);
+                self.open_for = match open_for {
+                    Some(t) => t.max(1),
+                    None => self.next_open_duration(from, reason, cfg),
+                };
                 self.opened_at = now;
             }
             State::HalfOpen => self.stage = Stage::new(0, now, now),
@@ -623,8 +667,7 @@ impl Breaker {
     /// Jitter shortens all but manual openings.
     fn next_open_duration(&mut self, from: State, reason: Reason, cfg: &Config) -> Nanos {
         let base = if from == State::HalfOpen && reason != Reason::Manual && self.open_base > 0 {
-            let grown = (self.open_base as f64 * cfg.backoff) as Nanos;
-            cfg.max_open_duration.map_or(grown, |max| grown.min(max))
+            cfg.backed_off(self.open_base)
         } else {
             cfg.open_duration
         };
@@ -667,6 +710,25 @@ impl Breaker {
             admit_share,
             retry_after,
         }
+    }
+}
+
+/// Why a window's counts open a closed breaker, if they do: at least
+/// `min_calls` calls (clamped to what the window can hold; None: no limit)
+/// and a rate at its threshold (SPEC §3.1). A host's window and the
+/// fleet's sum (fleet.rs) are judged by this one rule.
+pub fn trip_reason(cfg: &Config, counts: &Counts, capacity: Option<u32>) -> Option<Reason> {
+    let min_calls = cfg.min_calls.min(capacity.unwrap_or(u32::MAX));
+    // Thresholds are > 0, so a zero count can never reach one: the common
+    // healthy case skips the divisions.
+    if counts.total < u64::from(min_calls) {
+        None
+    } else if counts.failures > 0 && counts.error_rate() >= cfg.error_rate_threshold {
+        Some(Reason::ErrorRate)
+    } else if counts.slow_calls > 0 && counts.slow_call_rate() >= cfg.slow_rate_threshold {
+        Some(Reason::SlowCallRate)
+    } else {
+        None
     }
 }
 

@@ -1,0 +1,162 @@
+# frozen_string_literal: true
+
+require "securerandom"
+require_relative "../spec/support/redis_server"
+
+module Bench
+  # The fleet rows of `rake bench` (SPEC §7, docs/fleet.md): the call path
+  # with Redis up, paused and down against the same breaker without
+  # `fleet:`; Redis round trips per host per second with 1 and 100 fleet
+  # breakers; and a convergence run of forked hosts against a counting
+  # upstream that fails every call, next to the docs' bound.
+  module Fleet
+    HOSTS = 8
+    RATE = 50.0 # calls per second per host
+    MIN_CALLS = 20
+    INTERVAL = 0.1
+
+    module_function
+
+    def rows(s)
+      return [{ note: "fleet: skipped, redis-server is not installed" }] unless RedisServer.available?
+
+      server = RedisServer.start
+      begin
+        call_path(s, server) + load(server) + convergence(server)
+      ensure
+        server.stop
+      end
+    end
+
+    def call_path(s, server)
+      local = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 100))
+      fleet = CircuitBreaker.new(name: "bench-#{SecureRandom.hex(4)}", fleet: server.url,
+                                 window: CircuitBreaker::SlidingWindow.new(size: 100))
+      wait { fleet.metrics[:fleet] == :connected }
+      rows = []
+      name = "closed success, fleet: vs the same breaker without"
+      run = lambda do |impl|
+        r = Bench.measure({ bare: Bench.plain("r.run { 1 }", r: Bare::Yield.new),
+                            gem: Bench.plain("r.call { 1 }", r: local),
+                            impl => Bench.plain("r.call { 1 }", r: fleet) })
+        rows << s.row(name, :gem, r[:gem], r[:bare], target: "reference") if rows.empty?
+        vs = Bench.ratio(r[impl], r[:gem])
+        rows << s.row(name, impl, r[impl], r[:bare], target: "≤ 1.1× without fleet:", value: vs, met: vs <= 1.1)
+      end
+      run.(:fleet_up)
+      server.pause
+      wait { fleet.metrics[:fleet] == :degraded }
+      run.(:fleet_paused)
+      server.resume
+      server.crash
+      wait { fleet.metrics[:fleet] == :degraded }
+      run.(:fleet_down)
+      server.launch
+      wait { fleet.metrics[:fleet] == :connected }
+      CircuitBreaker::Fleet.stop_all
+      rows
+    end
+
+    # Round trips the syncer makes per second (one pipeline each), and the
+    # scripts Redis runs, with 1 and with 100 fleet breakers in a process.
+    def load(server)
+      [1, 100].map do |n|
+        breakers = Array.new(n) { |i| CircuitBreaker.new(name: "load-#{n}-#{i}", fleet: server.url, fleet_interval: INTERVAL) }
+        wait { breakers.all? { |b| b.metrics[:fleet] == :connected } }
+        trips0 = CircuitBreaker::Fleet.round_trips
+        evals0 = server.command_counts.fetch("evalsha", 0)
+        t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sleep 2
+        secs = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+        trips = (CircuitBreaker::Fleet.round_trips - trips0) / secs
+        evals = (server.command_counts.fetch("evalsha", 0) - evals0) / secs
+        CircuitBreaker::Fleet.stop_all
+        { note: format("Redis load with %d fleet breaker(s), fleet_interval %.1f s: %.1f round trips/s per host " \
+                       "(target ≤ %.0f), %.0f scripts/s (one per breaker per round trip)",
+                       n, INTERVAL, trips, 1 / INTERVAL, evals) }
+      end
+    end
+
+    # HOSTS forked processes call a dependency that fails every call, RATE
+    # calls/s each, until their breaker is open; counts the calls that
+    # reached it, with and without fleet:.
+    def convergence(server)
+      rtt = measure_rtt(server)
+      bound = [HOSTS * MIN_CALLS, MIN_CALLS + (HOSTS * RATE * 3 * (INTERVAL + rtt))].min
+      [true, false].map do |with_fleet|
+        name = "conv-#{SecureRandom.hex(4)}"
+        reached, open_after, spread = run_hosts(server, name, with_fleet)
+        if with_fleet
+          { note: format("Convergence, %d hosts × %.0f calls/s, min_calls %d, fleet_interval %.1f s, RTT %.2f ms: " \
+                         "%d calls reached the failing dependency (bound min(H·m, m + H·r·3(I+RTT)) = %.0f: %s); " \
+                         "every host open %.2f s after the first failure, the last %.3f s after the first " \
+                         "(target: within one fleet_interval of the fleet verdict: %s)",
+                         HOSTS, RATE, MIN_CALLS, INTERVAL, rtt * 1000, reached, bound,
+                         reached <= bound ? "met" : "NOT met", open_after, spread,
+                         spread <= INTERVAL ? "met" : "NOT met") }
+        else
+          { note: format("Convergence without fleet: %d calls reached it (H·m = %d); every host open %.2f s after the first failure",
+                         reached, HOSTS * MIN_CALLS, open_after) }
+        end
+      end
+    end
+
+    def run_hosts(server, name, with_fleet)
+      gate_r, gate_w = IO.pipe
+      pids = []
+      pipes = Array.new(HOSTS) do
+        r, w = IO.pipe
+        w.sync = true
+        pids << fork do
+          r.close
+          gate_w.close
+          options = { name: name, min_calls: MIN_CALLS, open_duration: 60 }
+          options.update(fleet: server.url, fleet_interval: INTERVAL) if with_fleet
+          breaker = CircuitBreaker.new(**options)
+          wait { breaker.metrics[:fleet] == :connected } if with_fleet
+          w.write("ready\n")
+          gate_r.read
+          t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          reached = 0
+          tick = t0
+          until breaker.open? || Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0 > 30
+            begin
+              breaker.call { reached += 1; raise "upstream down" }
+            rescue RuntimeError, CircuitBreaker::OpenError
+              nil
+            end
+            tick += 1 / RATE
+            pause = tick - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+            sleep pause if pause.positive?
+          end
+          now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          w.write("#{reached} #{now - t0} #{now}\n")
+          exit!(0)
+        end
+        w.close
+        r
+      end
+      gate_r.close
+      pipes.each { |r| r.gets }
+      gate_w.close # every host starts now
+      results = pipes.map { |r| r.gets.split.map(&:to_f) }
+      pids.each { |pid| Process.wait(pid) } # not waitall: redis-server is a child too
+      opened = results.map { |r| r[2] } # CLOCK_MONOTONIC is one clock for the whole host
+      [results.sum(&:first).to_i, results.map { |r| r[1] }.max, opened.max - opened.min]
+    end
+
+    def measure_rtt(server)
+      samples = Array.new(20) do
+        t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        server.command("PING")
+        Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+      end
+      samples.sort[samples.size / 2]
+    end
+
+    def wait(deadline = 30)
+      limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
+      sleep 0.01 until yield || Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
+    end
+  end
+end

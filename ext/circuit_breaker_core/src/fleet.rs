@@ -1,0 +1,491 @@
+//! A breaker shared by hosts through Redis: the host's side of the fleet
+//! (docs/fleet.md).
+//!
+//! Redis keeps the hosts' reports and a versioned fleet state; its script
+//! only sums and compares-and-sets. Every rule is here and in `state.rs`:
+//! - [`decide`]: the fleet's next state from a reply, by the rules a host
+//!   applies to its own window (`trip_reason`, `ramp::verdict`,
+//!   `Config::backed_off`), proposed for compare-and-set;
+//! - [`HostSide`] (inside the [`Breaker`] record, under its lock): what the
+//!   host follows, the probe slots it was granted, what it reports, and the
+//!   command or proposal waiting for the next send.
+//!
+//! Invariants:
+//! - a host reports absolute counts, so a resent report counts nothing twice;
+//! - a host enforces the more restrictive of its own state and the fleet's;
+//! - while a host follows a fleet stage it admits at most the probe slots
+//!   the fleet granted it, and only the fleet advances or restarts the stage;
+//! - only remaining times cross hosts (the reply's times are Redis's,
+//!   already turned into durations).
+
+use crate::clock::Nanos;
+use crate::config::Config;
+use crate::ramp::{verdict, Verdict};
+use crate::state::{trip_reason, Breaker, Reason, State, Transitions};
+use crate::window::{Buckets, Counts, Slots, Window};
+
+const MS: Nanos = 1_000_000;
+
+/// The hash in a fleet breaker's keys: its options and its window's
+/// settings, so hosts configured differently keep separate fleet states.
+pub fn key_hash(cfg: &Config, spec: &crate::record::WindowSpec) -> u64 {
+    crate::shm::ConfigHash::default().i64(cfg.fingerprint() as i64).spec(spec).finish()
+}
+
+/// A reply that is not what the script returns (a malformed key, a foreign
+/// script): the breaker is degraded for this send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("malformed fleet reply")]
+pub struct Malformed;
+
+/// The fleet as one reply of the script shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reply {
+    /// Published by the host that changed the fleet state, not a reply to
+    /// this host's send: it carries no grant of this host's.
+    pub pushed: bool,
+    /// Changes when the fleet state was rebuilt (new key, restarted Redis).
+    pub epoch: u64,
+    pub version: u64,
+    pub state: State,
+    pub generation: u64,
+    /// Why the fleet entered its state; None for a fleet that never moved.
+    pub reason: Option<Reason>,
+    /// Time left in an open fleet.
+    pub remaining: Nanos,
+    /// The backed-off length of the fleet's last opening.
+    pub open_base: Nanos,
+    pub stage: u32,
+    /// Time since the fleet's current stage (or state) began.
+    pub stage_elapsed: Nanos,
+    /// The live hosts' windows, summed.
+    pub counts: Counts,
+    pub hosts: u32,
+    /// Probe slots of the current stage granted to this host, and to all.
+    pub granted_here: u32,
+    pub granted: u32,
+    pub passed: u32,
+    pub failed: u32,
+}
+
+/// Length of the script's reply.
+pub const REPLY_LEN: usize = 19;
+
+fn state_of(code: i64) -> Option<State> {
+    Some(match code {
+        0 => State::Closed,
+        1 => State::Open,
+        2 => State::HalfOpen,
+        3 => State::ForcedOpen,
+        4 => State::Disabled,
+        _ => return None,
+    })
+}
+
+fn reason_of(code: i64) -> Option<Option<Reason>> {
+    Some(Some(match code {
+        0 => return Some(None),
+        1 => Reason::ErrorRate,
+        2 => Reason::SlowCallRate,
+        3 => Reason::ProbeFailed,
+        4 => Reason::ProbesPassed,
+        5 => Reason::CoolDownElapsed,
+        6 => Reason::HalfOpenTimeout,
+        7 => Reason::Manual,
+        8 => Reason::ProbeTimeout,
+        _ => return None,
+    }))
+}
+
+fn reason_code(r: Reason) -> i64 {
+    match r {
+        Reason::ErrorRate => 1,
+        Reason::SlowCallRate => 2,
+        Reason::ProbeFailed => 3,
+        Reason::ProbesPassed => 4,
+        Reason::CoolDownElapsed => 5,
+        Reason::HalfOpenTimeout => 6,
+        Reason::Manual => 7,
+        Reason::ProbeTimeout => 8,
+    }
+}
+
+impl Reply {
+    /// Parses the script's reply; anything out of range is [`Malformed`].
+    pub fn parse(v: &[i64]) -> Result<Self, Malformed> {
+        if v.len() != REPLY_LEN || !(v[0] == 1 || v[0] == 2) {
+            return Err(Malformed);
+        }
+        let u64_at = |i: usize| u64::try_from(v[i]).map_err(|_| Malformed);
+        let u32_at = |i: usize| u32::try_from(v[i]).map_err(|_| Malformed);
+        let ms_at = |i: usize| v[i].checked_mul(MS).filter(|n| *n >= 0).ok_or(Malformed);
+        Ok(Self {
+            pushed: v[0] == 2,
+            epoch: u64_at(1)?,
+            version: u64_at(2)?,
+            state: state_of(v[3]).ok_or(Malformed)?,
+            generation: u64_at(4)?,
+            reason: reason_of(v[5]).ok_or(Malformed)?,
+            remaining: ms_at(6)?,
+            open_base: ms_at(7)?,
+            stage: u32_at(8)?,
+            stage_elapsed: ms_at(9)?,
+            counts: Counts { total: u64_at(10)?, failures: u64_at(11)?, slow_calls: u64_at(12)? },
+            hosts: u32_at(13)?,
+            granted_here: u32_at(14)?,
+            granted: u32_at(15)?,
+            passed: u32_at(16)?,
+            failed: u32_at(17)?,
+        })
+    }
+}
+
+/// A change of the fleet state a host sends: a proposal (compare-and-set
+/// on `expected`) or a command (unconditional: manual actions).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Proposal {
+    /// None: a command.
+    pub expected: Option<u64>,
+    pub state: State,
+    pub reason: Reason,
+    /// How long an opening lasts (0 otherwise).
+    pub open_for: Nanos,
+    /// The backed-off length the next reopen multiplies.
+    pub open_base: Nanos,
+    pub stage: u32,
+}
+
+/// The fleet's next state, by the rules of SPEC §3.1 applied to the fleet's
+/// sums; None when it stays. `capacity` is one host's window capacity
+/// (a SlidingWindow's size), so `min_calls` is clamped to what the live
+/// hosts' windows can hold together.
+pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal> {
+    let at = |state, reason, open_for, open_base, stage| {
+        Some(Proposal { expected: Some(r.version), state, reason, open_for, open_base, stage })
+    };
+    let reopen = |reason| {
+        let base = cfg.backed_off(r.open_base);
+        at(State::Open, reason, base, base, 0)
+    };
+    match r.state {
+        State::Closed => {
+            let capacity = capacity.map(|c| c.saturating_mul(r.hosts.max(1)));
+            let reason = trip_reason(cfg, &r.counts, capacity)?;
+            at(State::Open, reason, cfg.open_duration, cfg.open_duration, 0)
+        }
+        State::Open if r.remaining == 0 => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, 0),
+        State::HalfOpen => {
+            if cfg.half_open_timeout.is_some_and(|t| r.stage_elapsed >= t) {
+                return reopen(Reason::HalfOpenTimeout);
+            }
+            match verdict(r.passed, r.failed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate) {
+                Verdict::Pending => None,
+                Verdict::Reopen => reopen(Reason::ProbeFailed),
+                Verdict::Restart => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, r.stage),
+                // A stage advances only once it lasted min_stage_duration
+                // (SPEC §3.1); an earlier pass starts a new round.
+                Verdict::Advance if r.stage_elapsed < cfg.min_stage_duration => {
+                    at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, r.stage)
+                }
+                Verdict::Advance if (r.stage as usize) + 1 < cfg.ramp.len() => {
+                    at(State::HalfOpen, Reason::ProbesPassed, 0, r.open_base, r.stage + 1)
+                }
+                Verdict::Advance => at(State::Closed, Reason::ProbesPassed, 0, 0, 0),
+            }
+        }
+        State::Open | State::ForcedOpen | State::Disabled => None,
+    }
+}
+
+/// What a host sends for one breaker, as the script's ARGV 5..18.
+pub const REPORT_LEN: usize = 14;
+
+/// The host's side of a fleet breaker. Plain data, inside the breaker's
+/// record (so a `shared:` breaker has one per host).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HostSide {
+    /// A fleet breaker: manual actions become fleet commands.
+    pub(crate) attached: bool,
+    /// The last send succeeded.
+    pub(crate) connected: bool,
+    /// The fleet state last followed.
+    epoch: u64,
+    version: u64,
+    /// Enforcing a fleet opening or half-open: probes only within grants.
+    pub(crate) following: bool,
+    /// The fleet stage whose probes this host counts, and its slots.
+    stage_generation: u64,
+    pub(crate) granted: u32,
+    /// Calls that found no slot in the followed stage (they want one).
+    pub(crate) starved: u32,
+    pub(crate) passed: u32,
+    pub(crate) failed: u32,
+    /// A manual action waiting for the next send.
+    command: Option<(State, Nanos)>,
+    /// A proposal decided from the last reply, for the next send.
+    proposal: Option<Proposal>,
+    /// The process that sends for this record (one per host with
+    /// `shared:`), and when it last claimed it; 0: nobody yet.
+    syncer_pid: u32,
+    syncer_beat: Nanos,
+}
+
+/// Adds the layout of [`HostSide`] (see `crate::shm::layout_hash`); keep
+/// the field list whole.
+pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+    crate::hash_layout!(
+        h,
+        HostSide {
+            attached,
+            connected,
+            epoch,
+            version,
+            following,
+            stage_generation,
+            granted,
+            starved,
+            passed,
+            failed,
+            command,
+            proposal,
+            syncer_pid,
+            syncer_beat
+        }
+    )
+}
+
+impl HostSide {
+    /// Probe slots this host may hand out in the current stage.
+    pub(crate) fn probe_quota(&self, half_open_calls: u32) -> u32 {
+        if self.following {
+            self.granted.min(half_open_calls)
+        } else {
+            half_open_calls
+        }
+    }
+
+    /// A manual action on this host, to become the fleet's.
+    pub(crate) fn command(&mut self, to: State, open_for: Nanos) {
+        if self.attached {
+            self.command = Some((to, open_for));
+        }
+    }
+
+    /// A call found no probe slot: while following a fleet stage, it
+    /// wants one (asked for at the next send).
+    pub(crate) fn starve(&mut self) {
+        if self.following {
+            self.starved = self.starved.saturating_add(1);
+        }
+    }
+
+    /// A probe of the followed stage finished (or timed out: failed).
+    pub(crate) fn probe_finished(&mut self, passed: bool) {
+        if self.following {
+            let tally = if passed { &mut self.passed } else { &mut self.failed };
+            *tally = tally.saturating_add(1);
+        }
+    }
+
+    /// In a forked child's copy of a record: nobody sends for it yet.
+    pub(crate) fn after_fork(&mut self) {
+        self.syncer_pid = 0;
+    }
+
+    /// Only the fleet advances or restarts a stage it runs.
+    pub(crate) fn restrain(&self, v: Verdict) -> Verdict {
+        match v {
+            Verdict::Advance | Verdict::Restart if self.following => Verdict::Pending,
+            v => v,
+        }
+    }
+
+    fn enter_stage(&mut self, generation: u64) {
+        *self = Self {
+            following: true,
+            stage_generation: generation,
+            granted: 0,
+            starved: 0,
+            passed: 0,
+            failed: 0,
+            ..*self
+        };
+    }
+}
+
+impl Breaker {
+    /// Marks this breaker as a fleet breaker (manual actions go to the fleet).
+    pub fn attach_fleet(&mut self) {
+        self.fleet.attached = true;
+    }
+
+    /// Whether the last send to the fleet succeeded.
+    pub fn fleet_connected(&self) -> bool {
+        self.fleet.connected
+    }
+
+    /// Whether process `pid` is the one that sends for this record: it is
+    /// already, or nobody is, or the one that was has not claimed it for
+    /// longer than `stale` (it died or hangs), and then it takes over. A
+    /// record in one process's memory is always its own.
+    pub fn fleet_claim(&mut self, pid: u32, now: Nanos, stale: Nanos) -> bool {
+        let f = &mut self.fleet;
+        let free = f.syncer_pid == 0 || now.saturating_sub(f.syncer_beat) > stale;
+        if f.syncer_pid == pid || free {
+            f.syncer_pid = pid;
+            f.syncer_beat = now;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The process that sends for this record (0: none yet).
+    pub fn fleet_syncer(&self) -> u32 {
+        self.fleet.syncer_pid
+    }
+
+    /// What this host sends next (see [`REPORT_LEN`]): its window's counts,
+    /// its probes in the followed stage, and a command or proposal.
+    pub fn fleet_report<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> [i64; REPORT_LEN] {
+        let c = w.counts(now);
+        let f = &self.fleet;
+        let want = if f.following && self.state() == State::HalfOpen {
+            (f.granted.saturating_add(f.starved)).min(cfg.half_open_calls)
+        } else {
+            0
+        };
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let ms = |n: Nanos| n / MS;
+        let (kind, p) = match (f.command, f.proposal) {
+            (Some((state, open_for)), _) => (
+                2,
+                Some(Proposal { expected: None, state, reason: Reason::Manual, open_for, open_base: open_for, stage: 0 }),
+            ),
+            (None, Some(p)) => (1, Some(p)),
+            (None, None) => (0, None),
+        };
+        let p = p.unwrap_or(Proposal {
+            expected: None,
+            state: State::Closed,
+            reason: Reason::Manual,
+            open_for: 0,
+            open_base: 0,
+            stage: 0,
+        });
+        [
+            int(c.total),
+            int(c.failures),
+            int(c.slow_calls),
+            int(f.stage_generation),
+            i64::from(want),
+            i64::from(f.passed),
+            i64::from(f.failed),
+            kind,
+            p.expected.map_or(-1, int),
+            p.state as i64,
+            reason_code(p.reason),
+            ms(p.open_for),
+            ms(p.open_base),
+            i64::from(p.stage),
+        ]
+    }
+
+    /// Takes one reply (None: the send failed). Follows the fleet's state
+    /// when it changed, keeps the probe slots granted, and decides the
+    /// proposal for the next send. A failed or malformed send detaches the
+    /// host: it runs on its own breaker, with its own probe quota.
+    pub fn fleet_receive<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        reply: Option<&[i64]>,
+        now: Nanos,
+    ) -> Transitions {
+        let mut out = self.tick(w, cfg, now);
+        let Some(r) = reply.and_then(|v| Reply::parse(v).ok()) else {
+            self.fleet.connected = false;
+            self.fleet.following = false;
+            self.fleet.proposal = None;
+            return out;
+        };
+        if r.pushed {
+            // Only a newer state of the same fleet: a push may arrive
+            // after this host's own reply showed a later one.
+            if r.epoch == self.fleet.epoch && r.version > self.fleet.version {
+                self.fleet.version = r.version;
+                self.follow(w, cfg, &r, now, &mut out);
+            }
+            return out;
+        }
+        // What was sent has been applied (or lost a compare-and-set).
+        self.fleet.connected = true;
+        self.fleet.command = None;
+        self.fleet.proposal = None;
+        if (r.epoch, r.version) != (self.fleet.epoch, self.fleet.version) {
+            self.fleet.epoch = r.epoch;
+            self.fleet.version = r.version;
+            self.follow(w, cfg, &r, now, &mut out);
+        }
+        if self.fleet.following && r.state == State::HalfOpen && r.generation == self.fleet.stage_generation {
+            self.fleet.granted = r.granted_here;
+            self.fleet.starved = 0;
+        }
+        self.fleet.proposal = decide(cfg, &r, w.capacity());
+        out
+    }
+
+    /// The host's answer to a new fleet state (docs/fleet.md, "How a host
+    /// enforces the fleet").
+    fn follow<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, r: &Reply, now: Nanos, out: &mut Transitions) {
+        if self.fleet.command.is_some() {
+            // This host's own manual action is on its way and will be the
+            // fleet's next state: the last operator wins.
+            return;
+        }
+        let mine = self.state();
+        match (r.state, r.reason) {
+            (State::Closed, None) => self.fleet.following = false,
+            (State::Closed, Some(reason)) => {
+                self.fleet.following = false;
+                let close = reason == Reason::Manual || matches!(mine, State::Open | State::HalfOpen);
+                if close && mine != State::Closed {
+                    self.enter_for(State::Closed, reason, None, w, cfg, now, out);
+                } else if reason == Reason::Manual {
+                    w.reset();
+                }
+            }
+            (State::Open, reason) => {
+                // No fleet stage yet: a half-open reached by this host's own
+                // timer waits for the fleet's stage and its grants.
+                self.fleet.enter_stage(0);
+                let longer = mine == State::Open && self.remaining(now) >= r.remaining;
+                // Only an operator's trip! ends a forced open.
+                let forced = mine == State::ForcedOpen && reason != Some(Reason::Manual);
+                if !longer && !forced && r.remaining > 0 {
+                    let reason = reason.unwrap_or(Reason::Manual);
+                    self.enter_for(State::Open, reason, Some(r.remaining), w, cfg, now, out);
+                }
+            }
+            (State::HalfOpen, reason) => {
+                let own_opening = mine == State::Open && !self.fleet.following && self.remaining(now) > 0;
+                if !own_opening && mine != State::ForcedOpen {
+                    let reason = reason.unwrap_or(Reason::CoolDownElapsed);
+                    self.enter_stage(r.stage, reason, w, cfg, now, out);
+                    self.fleet.enter_stage(r.generation);
+                }
+            }
+            (to @ (State::ForcedOpen | State::Disabled), _) => {
+                self.fleet.following = false;
+                if mine != to {
+                    self.enter_for(to, Reason::Manual, None, w, cfg, now, out);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "fleet_tests.rs"]
+mod tests;

@@ -1,0 +1,324 @@
+//! Tests of the fleet's rules (docs/fleet.md): the fleet's verdicts on
+//! summed reports, what a host follows, what it reports, and the probe
+//! quota across hosts. Replies are built by hand as the script returns
+//! them; the script itself is exercised against a real redis-server by
+//! spec/fleet/.
+
+use super::*;
+use crate::config::Options;
+use crate::state::{Decision, Outcome};
+use crate::window::CountWindow;
+
+const SEC: Nanos = 1_000_000_000;
+
+fn config(f: impl FnOnce(&mut Options)) -> Config {
+    let mut o = Options::default();
+    f(&mut o);
+    Config::new(&o).expect("valid options")
+}
+
+fn window() -> Window {
+    Window::Count(CountWindow::new(100, 800.0).unwrap())
+}
+
+/// A reply of the script, for a fleet in `state` at `version`.
+fn reply(version: u64, state: State, generation: u64, reason: i64) -> [i64; REPLY_LEN] {
+    let mut v = [0i64; REPLY_LEN];
+    v[0] = 1;
+    v[1] = 7; // epoch
+    v[2] = version as i64;
+    v[3] = state as i64;
+    v[4] = generation as i64;
+    v[5] = reason;
+    v[13] = 1; // live hosts
+    v
+}
+
+fn with_counts(mut v: [i64; REPLY_LEN], total: i64, failures: i64, hosts: i64) -> [i64; REPLY_LEN] {
+    v[10] = total;
+    v[11] = failures;
+    v[13] = hosts;
+    v
+}
+
+struct Host {
+    b: Breaker,
+    w: Window,
+    cfg: Config,
+}
+
+impl Host {
+    fn new(cfg: Config) -> Self {
+        let mut b = Breaker::new(1);
+        b.attach_fleet();
+        Self { b, w: window(), cfg }
+    }
+
+    fn receive(&mut self, v: &[i64], now: Nanos) -> Vec<(State, State, Reason)> {
+        let t = self.b.fleet_receive(&mut self.w, &self.cfg, Some(v), now);
+        t.iter().map(|t| (t.from, t.to, t.reason)).collect()
+    }
+
+    fn report(&mut self, now: Nanos) -> [i64; REPORT_LEN] {
+        self.b.fleet_report(&mut self.w, &self.cfg, now)
+    }
+
+    fn state(&mut self, now: Nanos) -> State {
+        self.b.metrics(&mut self.w, &self.cfg, now).0.state
+    }
+
+    fn admit(&mut self, now: Nanos) -> Option<crate::state::Permit> {
+        match self.b.acquire(&mut self.w, &self.cfg, now).0 {
+            Decision::Allowed(p) => Some(p),
+            Decision::Rejected(_) => None,
+        }
+    }
+}
+
+#[test]
+fn a_reply_that_is_not_the_scripts_is_malformed() {
+    assert_eq!(Reply::parse(&[-1]), Err(Malformed));
+    let mut v = reply(1, State::Open, 1, 1);
+    v[3] = 9;
+    assert_eq!(Reply::parse(&v), Err(Malformed));
+    let mut v = reply(1, State::Open, 1, 1);
+    v[6] = -5;
+    assert_eq!(Reply::parse(&v), Err(Malformed));
+    assert!(Reply::parse(&reply(1, State::Open, 1, 1)).is_ok());
+}
+
+#[test]
+fn the_fleet_opens_on_sums_no_single_host_would_open_on() {
+    let cfg = config(|o| o.min_calls = 20);
+    // Four hosts with 8 calls each, half failing: no host reaches min_calls.
+    let r = Reply::parse(&with_counts(reply(3, State::Closed, 3, 0), 32, 16, 4)).unwrap();
+    let p = decide(&cfg, &r, Some(100)).expect("the fleet opens");
+    assert_eq!((p.expected, p.state, p.reason, p.open_for), (Some(3), State::Open, Reason::ErrorRate, cfg.open_duration));
+    // The same counts under min_calls or threshold: nothing.
+    let r = Reply::parse(&with_counts(reply(3, State::Closed, 3, 0), 19, 19, 4)).unwrap();
+    assert_eq!(decide(&cfg, &r, Some(100)), None);
+    let r = Reply::parse(&with_counts(reply(3, State::Closed, 3, 0), 40, 19, 4)).unwrap();
+    assert_eq!(decide(&cfg, &r, Some(100)), None);
+}
+
+#[test]
+fn min_calls_is_clamped_to_what_the_live_hosts_windows_hold() {
+    let cfg = config(|o| o.min_calls = 50);
+    let r = Reply::parse(&with_counts(reply(0, State::Closed, 0, 0), 20, 20, 2)).unwrap();
+    assert!(decide(&cfg, &r, Some(10)).is_some(), "2 hosts × 10 slots");
+    assert_eq!(decide(&cfg, &r, None), None, "a time window holds any number");
+}
+
+#[test]
+fn an_open_fleet_turns_half_open_when_redis_says_no_time_remains() {
+    let cfg = config(|_| {});
+    let mut v = reply(4, State::Open, 4, 1);
+    v[6] = 1;
+    assert_eq!(decide(&cfg, &Reply::parse(&v).unwrap(), None), None);
+    v[6] = 0;
+    let p = decide(&cfg, &Reply::parse(&v).unwrap(), None).unwrap();
+    assert_eq!((p.state, p.reason, p.stage), (State::HalfOpen, Reason::CoolDownElapsed, 0));
+}
+
+#[test]
+fn the_fleets_stage_is_judged_on_summed_probes_with_the_hosts_rule() {
+    let cfg = config(|o| {
+        o.half_open_calls = 4;
+        o.ramp = vec![0.5, 1.0];
+        o.backoff = 2.0;
+    });
+    let stage = |passed, failed, index| {
+        let mut v = reply(9, State::HalfOpen, 9, 5);
+        v[7] = 30_000; // backed-off open length (ms)
+        v[8] = index;
+        v[16] = passed;
+        v[17] = failed;
+        decide(&cfg, &Reply::parse(&v).unwrap(), None)
+    };
+    assert_eq!(stage(3, 0, 0), None, "pending");
+    let p = stage(4, 0, 0).unwrap();
+    assert_eq!((p.state, p.stage), (State::HalfOpen, 1));
+    let p = stage(4, 0, 1).unwrap();
+    assert_eq!((p.state, p.reason), (State::Closed, Reason::ProbesPassed));
+    let p = stage(0, 1, 0).unwrap();
+    assert_eq!((p.state, p.reason, p.open_for), (State::Open, Reason::ProbeFailed, 60 * SEC), "backed off");
+}
+
+#[test]
+fn a_host_follows_a_fleet_opening_for_the_time_remaining() {
+    let mut h = Host::new(config(|o| o.open_duration = 30.0));
+    let mut v = reply(2, State::Open, 2, 1);
+    v[6] = 12_000;
+    assert_eq!(h.receive(&v, 0), vec![(State::Closed, State::Open, Reason::ErrorRate)]);
+    assert_eq!(h.b.remaining(0), 12 * SEC);
+    // The same version again changes nothing.
+    assert!(h.receive(&v, SEC).is_empty());
+    assert_eq!(h.b.remaining(SEC), 11 * SEC);
+}
+
+#[test]
+fn a_host_open_for_longer_on_its_own_stays_open_for_longer() {
+    let mut h = Host::new(config(|o| o.open_duration = 30.0));
+    h.b.trip(&mut h.w, &h.cfg, 0);
+    let mut v = reply(2, State::Open, 2, 1);
+    v[6] = 5_000;
+    assert!(h.receive(&v, 0).is_empty());
+    assert_eq!(h.b.remaining(0), 30 * SEC);
+}
+
+#[test]
+fn manual_actions_become_fleet_commands_and_commands_are_followed() {
+    let mut h = Host::new(config(|_| {}));
+    h.b.force_open(&mut h.w, &h.cfg, 0);
+    let r = h.report(0);
+    assert_eq!((r[7], r[9], r[10]), (2, State::ForcedOpen as i64, 7), "a command");
+    // Sent: the reply shows it applied, and the next report carries nothing.
+    h.receive(&reply(1, State::ForcedOpen, 1, 7), 0);
+    assert_eq!(h.report(0)[7], 0);
+    // Another host disables the fleet, then resets it.
+    assert_eq!(h.receive(&reply(2, State::Disabled, 2, 7), 0), vec![(State::ForcedOpen, State::Disabled, Reason::Manual)]);
+    assert_eq!(h.receive(&reply(3, State::Closed, 3, 7), 0), vec![(State::Disabled, State::Closed, Reason::Manual)]);
+    assert_eq!(h.report(0)[7], 0, "following is not commanding");
+}
+
+#[test]
+fn a_breaker_without_a_fleet_queues_no_command() {
+    let cfg = config(|_| {});
+    let mut w = window();
+    let mut b = Breaker::new(1);
+    b.trip(&mut w, &cfg, 0);
+    assert_eq!(b.fleet_report(&mut w, &cfg, 0)[7], 0);
+}
+
+#[test]
+fn a_fleet_that_never_opened_leaves_the_host_as_it_is() {
+    let mut h = Host::new(config(|o| o.open_duration = 30.0));
+    h.b.trip(&mut h.w, &h.cfg, 0);
+    h.receive(&reply(1, State::Open, 1, 7), 0); // its own command, applied
+    // Redis restarted: a new epoch, version 0, closed.
+    let mut v = reply(0, State::Closed, 0, 0);
+    v[1] = 8;
+    assert!(h.receive(&v, SEC).is_empty());
+    assert_eq!(h.state(SEC), State::Open);
+}
+
+#[test]
+fn a_host_reports_absolute_counts_so_a_resend_counts_nothing_twice() {
+    let mut h = Host::new(config(|_| {}));
+    for ok in [true, false, true] {
+        let p = h.admit(0).unwrap();
+        let o = if ok { Outcome::Success { duration_ms: 1.0 } } else { Outcome::Failure { duration_ms: 1.0 } };
+        h.b.complete(&mut h.w, &h.cfg, p, o, 0);
+    }
+    let first = h.report(0);
+    assert_eq!(&first[..3], &[3, 1, 0]);
+    assert_eq!(h.report(0), first);
+}
+
+#[test]
+fn a_host_in_a_fleet_stage_probes_only_within_its_grant_and_never_advances_alone() {
+    let cfg = config(|o| o.half_open_calls = 3);
+    let mut h = Host::new(cfg);
+    h.receive(&reply(5, State::HalfOpen, 5, 5), 0);
+    assert_eq!(h.state(0), State::HalfOpen);
+    assert!(h.admit(0).is_none(), "no slot granted yet");
+    assert!(h.admit(0).is_none());
+    let r = h.report(0);
+    assert_eq!((r[3], r[4]), (5, 2), "wants the two slots its callers asked for");
+    let mut v = reply(5, State::HalfOpen, 5, 5);
+    v[14] = 1; // granted to this host
+    h.receive(&v, 0);
+    let p = h.admit(0).expect("one probe");
+    assert!(h.admit(0).is_none(), "its grant is used");
+    // Its probe passes: the host would close alone (one probe of one), but
+    // only the fleet judges a stage it runs.
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ms: 1.0 }, 0);
+    assert_eq!(h.state(0), State::HalfOpen);
+    let r = h.report(0);
+    assert_eq!((r[5], r[6]), (1, 0), "its outcome goes to the fleet");
+}
+
+#[test]
+fn a_failed_probe_reopens_the_host_at_once() {
+    let mut h = Host::new(config(|o| o.half_open_calls = 3));
+    let mut v = reply(5, State::HalfOpen, 5, 5);
+    v[14] = 1;
+    h.receive(&v, 0);
+    h.receive(&v, 0);
+    let p = h.admit(0).unwrap();
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ms: 1.0 }, 0);
+    assert_eq!(h.state(0), State::Open);
+    assert_eq!(h.report(0)[6], 1);
+}
+
+#[test]
+fn a_failed_send_detaches_the_host_to_its_own_probe_quota() {
+    let cfg = config(|o| o.half_open_calls = 2);
+    let mut h = Host::new(cfg);
+    h.receive(&reply(5, State::HalfOpen, 5, 5), 0);
+    assert!(h.admit(0).is_none());
+    assert!(h.b.fleet_receive(&mut h.w, &h.cfg, None, 0).is_empty());
+    assert!(!h.b.fleet_connected());
+    assert!(h.admit(0).is_some(), "its own breaker: its own quota");
+    assert!(h.b.fleet_receive(&mut h.w, &h.cfg, Some(&[-1]), 0).is_empty(), "malformed is degraded too");
+}
+
+/// The script's grant arithmetic (lib/circuit_breaker/fleet.lua), modelled
+/// here only to drive several hosts through one stage.
+#[test]
+fn probes_across_hosts_never_exceed_the_quota() {
+    let quota = 4u32;
+    let mut hosts: Vec<Host> = (0..6).map(|_| Host::new(config(|o| o.half_open_calls = 4))).collect();
+    let mut grants = vec![0u32; hosts.len()];
+    let mut issued = 0;
+    for round in 0..5 {
+        for (i, h) in hosts.iter_mut().enumerate() {
+            let mut v = reply(5, State::HalfOpen, 5, 5);
+            let want = if round == 0 { 0 } else { h.report(0)[4] as u32 };
+            let others: u32 = grants.iter().sum::<u32>() - grants[i];
+            if want > grants[i] {
+                grants[i] += (want - grants[i]).min(quota - others - grants[i]);
+            }
+            v[14] = i64::from(grants[i]);
+            h.receive(&v, 0);
+            for _ in 0..3 {
+                if h.admit(0).is_some() {
+                    issued += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(issued, quota, "every slot used, none more");
+}
+
+#[test]
+fn a_pushed_state_is_followed_only_when_newer_and_sends_nothing_back() {
+    let mut h = Host::new(config(|o| o.open_duration = 30.0));
+    h.receive(&reply(2, State::Closed, 2, 7), 0);
+    h.b.force_open(&mut h.w, &h.cfg, 0); // a command waiting for the next send
+    let mut pushed = reply(3, State::Open, 3, 1);
+    pushed[0] = 2;
+    pushed[6] = 10_000;
+    assert_eq!(h.receive(&pushed, 0), vec![]);
+    assert_eq!(h.report(0)[7], 2, "the command still goes out");
+    h.receive(&reply(4, State::ForcedOpen, 4, 7), 0);
+    let mut old = reply(3, State::Closed, 3, 7);
+    old[0] = 2;
+    assert!(h.receive(&old, 0).is_empty(), "an older push changes nothing");
+    assert_eq!(h.state(0), State::ForcedOpen);
+    let mut newer = reply(5, State::Disabled, 5, 7);
+    newer[0] = 2;
+    assert_eq!(h.receive(&newer, 0), vec![(State::ForcedOpen, State::Disabled, Reason::Manual)]);
+}
+
+#[test]
+fn one_process_sends_for_a_shared_record_until_it_goes_silent() {
+    let mut h = Host::new(config(|_| {}));
+    assert!(h.b.fleet_claim(10, 0, SEC));
+    assert!(!h.b.fleet_claim(11, SEC / 2, SEC), "10 holds it");
+    assert!(h.b.fleet_claim(10, SEC, SEC), "and renews it");
+    assert!(!h.b.fleet_claim(11, 2 * SEC, SEC), "not stale yet (>, not >=)");
+    assert!(h.b.fleet_claim(11, 2 * SEC + 1, SEC), "10 went silent: 11 takes over");
+    assert_eq!(h.b.fleet_syncer(), 11);
+    assert!(!h.b.fleet_claim(10, 2 * SEC + 2, SEC));
+}

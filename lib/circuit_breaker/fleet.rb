@@ -1,0 +1,400 @@
+# frozen_string_literal: true
+
+require "socket"
+require "securerandom"
+require "uri"
+
+class CircuitBreaker
+  # One breaker across hosts on Redis, with Redis never on the call path
+  # (docs/fleet.md). A process has one {Syncer} per Redis server and
+  # interval; it sends every fleet breaker's report in one pipelined round
+  # trip per interval from its own thread and connection, and hands each
+  # reply to the Rust core, which decides everything.
+  module Fleet
+    SCRIPT = File.read(File.expand_path("fleet.lua", __dir__)).freeze
+    DEFAULT_INTERVAL = 0.1
+
+    @syncers = {}
+    @lock = Mutex.new
+    @round_trips = 0
+
+    class << self
+      # Checks `fleet:` and `fleet_interval:` before a breaker exists.
+      # @api private
+      # @return [Array(Hash, Float)] connection settings and interval
+      def settings(fleet, interval)
+        interval = DEFAULT_INTERVAL if interval.nil?
+        range = "a finite number of seconds in 0.01..60"
+        unless interval.is_a?(Numeric) && interval.real?
+          raise TypeError, "fleet_interval must be #{range} (got #{interval.inspect})"
+        end
+        unless interval.finite? && interval >= 0.01 && interval <= 60
+          raise ArgumentError, "fleet_interval must be #{range} (got #{interval.inspect})"
+        end
+
+        [connection_settings(fleet), interval.to_f]
+      end
+
+      # Starts syncing `breaker` (a new breaker, from its `initialize`).
+      # With `shared:` the host id is the shared name's: every process of
+      # the host writes the same field (docs/fleet.md).
+      # @api private
+      def attach(breaker, settings, interval, shared: nil, namespace: nil)
+        host_key = shared && "#{Socket.gethostname}:#{Process.uid}:shared:#{shared}"
+        breaker.instance_variable_set(:@fleet_status, :degraded)
+        breaker.__send__(:__fleet_attach)
+        syncer = @lock.synchronize { @syncers[[settings, interval]] ||= Syncer.new(settings, interval) }
+        syncer.add(breaker, host_key, namespace)
+      end
+
+      # In a forked child: every syncer starts afresh (new thread, new
+      # connection, new host id) on its next use.
+      # @api private
+      def after_fork
+        @lock = Mutex.new
+        @syncers.each_value(&:after_fork)
+      end
+
+      # @api private
+      # @return [Integer] round trips this process's syncers made (rake bench)
+      attr_reader :round_trips
+
+      # @api private
+      def count_round_trip
+        @round_trips += 1
+      end
+
+      # Stops every syncer (tests; at exit).
+      # @api private
+      def stop_all
+        @lock.synchronize { @syncers.each_value(&:stop).clear }
+      end
+
+      private
+
+      OPTIONS = %i[host port path db username password].freeze
+
+      def connection_settings(fleet)
+        case fleet
+        when String then url_settings(fleet)
+        else
+          client = fleet.respond_to?(:_client) ? fleet._client : fleet
+          client = client.config if !client.respond_to?(:host) && client.respond_to?(:config)
+          unless client.respond_to?(:host) && client.respond_to?(:port)
+            raise TypeError, "fleet must be a redis:// or unix:// URL, or a Redis client (got #{fleet.class})"
+          end
+
+          settings = OPTIONS.to_h { |k| [k, client.respond_to?(k) ? client.public_send(k) : nil] }.compact
+          settings.delete(:host) && settings.delete(:port) if settings[:path]
+          settings[:ssl] = true if client.respond_to?(:scheme) && client.scheme == "rediss"
+          settings[:ssl] = true if client.respond_to?(:ssl) && client.ssl == true
+          settings.freeze
+        end
+      end
+
+      def url_settings(url)
+        uri = URI.parse(url)
+        case uri.scheme
+        when "unix"
+          raise ArgumentError, "fleet: #{url.inspect} names no socket path" if uri.path.to_s.empty?
+
+          { path: uri.path }.freeze
+        when "redis", "rediss"
+          raise ArgumentError, "fleet: #{url.inspect} names no host" if uri.host.to_s.empty?
+
+          db = uri.path.to_s.delete_prefix("/")
+          settings = { host: uri.host, port: uri.port || 6379 }
+          settings[:db] = Integer(db, 10) unless db.empty?
+          settings[:username] = URI.decode_www_form_component(uri.user) if uri.user && !uri.user.empty?
+          settings[:password] = URI.decode_www_form_component(uri.password) if uri.password
+          settings[:ssl] = true if uri.scheme == "rediss"
+          settings.freeze
+        else
+          raise ArgumentError, "fleet must be a redis://, rediss:// or unix:// URL, or a Redis client (got #{url.inspect})"
+        end
+      rescue URI::InvalidURIError, ArgumentError => e
+        raise if e.message.start_with?("fleet")
+
+        raise ArgumentError, "fleet must be a redis://, rediss:// or unix:// URL, or a Redis client (got #{url.inspect})"
+      end
+    end
+
+    # The thread that talks to Redis for every fleet breaker of a process
+    # with the same server and interval. At most one send in flight; waits
+    # with the GVL released (socket waits); never holds a breaker's lock
+    # while waiting (the native calls copy counts in and out, and return).
+    # @api private
+    class Syncer
+      PREFIX = "circuit_breaker"
+
+      def initialize(settings, interval)
+        @settings = settings
+        @interval = interval
+        # Short and bounded: an outage costs the syncer at most this per send.
+        @timeout = (2 * interval).clamp(0.05, 0.25)
+        @host_ttl_ms = [1000, (5000 * interval).ceil].max
+        # A sender silent for this long (dead, stopped) is replaced.
+        @stale_ms = [500, (3000 * interval).ceil + (1000 * @timeout).ceil].max
+        @breakers = ObjectSpace::WeakMap.new
+        @lock = Mutex.new
+        @wake = ConditionVariable.new
+        @woken = false
+        start_fresh
+      end
+
+      # Adds a breaker (weakly: a breaker nobody uses any more is dropped;
+      # what the syncer needs lives in the breaker, since a WeakMap's
+      # values are weak too).
+      def add(breaker, host_key, namespace)
+        prefix = namespace ? "#{PREFIX}:#{namespace}" : PREFIX
+        tag = "#{prefix}:{#{breaker.name}:#{breaker.__send__(:__fleet_hash)}}"
+        breaker.instance_variable_set(:@fleet_sync, [host_key, tag].freeze)
+        @lock.synchronize do
+          @breakers[breaker] = true
+          @woken = true
+          @wake.signal
+        end
+        ensure_thread
+      end
+
+      # Sends now rather than at the end of the interval.
+      def wake
+        @lock.synchronize do
+          @woken = true
+          @wake.signal
+        end
+      end
+
+      def after_fork
+        @lock = Mutex.new
+        @wake = ConditionVariable.new
+        start_fresh
+      end
+
+      def stop
+        @stopping = true
+        wake
+        @thread&.join(2)
+        @thread&.kill
+        @subscriber&.kill
+        close
+        self
+      end
+
+      private
+
+      def start_fresh
+        @thread = nil
+        @subscriber = nil
+        @redis = nil
+        @sha = nil
+        @stopping = false
+        @pid = Process.pid
+        @process_id = "#{Socket.gethostname}:#{Process.pid}:#{SecureRandom.hex(4)}"
+      end
+
+      def ensure_thread
+        return if @thread&.alive?
+
+        @lock.synchronize do
+          return if @thread&.alive?
+
+          @thread = Thread.new { run }
+          @thread.name = "circuit_breaker fleet"
+          @thread.report_on_exception = $VERBOSE
+          @subscriber = Thread.new { listen }
+          @subscriber.name = "circuit_breaker fleet subscriber"
+          @subscriber.report_on_exception = $VERBOSE
+        end
+      end
+
+      # Fleet changes pushed by the host that made them (the script
+      # publishes each applied change): followed at once, between sends.
+      # Its own connection; a lost one (CLIENT KILL TYPE pubsub, a restart)
+      # is opened again after a short pause.
+      def listen
+        until @stopping
+          begin
+            redis = new_connection
+            # The timeout only notices a connection that went silent (a
+            # failover); a quiet one subscribes again at once.
+            redis.psubscribe_with_timeout(5.0, "#{PREFIX}:*:changed") do |on|
+              on.pmessage { |_pattern, channel, message| pushed(channel, message) }
+            end
+          rescue Redis::TimeoutError
+            nil
+          rescue StandardError, ::Timeout::Error
+            sleep [@interval, 0.5].min unless @stopping
+          ensure
+            begin
+              redis&.close
+            rescue StandardError
+              nil
+            end
+          end
+        end
+      end
+
+      def pushed(channel, message)
+        words = message.split(" ")
+        return unless words.size == 19 && words.first == "2"
+
+        reply = words.map { |w| Integer(w, 10) }
+        entries.each do |breaker, _, tag|
+          breaker.__send__(:__fleet_receive, reply) if channel == "#{tag}:changed"
+        end
+      rescue StandardError
+        nil # a message not of this gem's making changes nothing
+      end
+
+      def run
+        until @stopping
+          started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          sync_once
+          rest = @interval - (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+          @lock.synchronize do
+            @wake.wait(@lock, rest) if rest.positive? && !@woken && !@stopping
+            @woken = false
+          end
+        end
+      end
+
+      def entries
+        list = []
+        @breakers.each_key { |breaker| list << [breaker, *breaker.instance_variable_get(:@fleet_sync)] }
+        list
+      end
+
+      # One round trip for every breaker; every reply (or nil) to its breaker.
+      def sync_once
+        # With shared:, one process per host sends for a breaker; the
+        # others read the state it brings into the shared record.
+        list = entries.select do |breaker, _, _|
+          leader, connected = breaker.__send__(:__fleet_claim, @stale_ms)
+          breaker.__send__(:__fleet_status, connected ? :connected : :degraded) unless leader
+          leader
+        end
+        return if list.empty?
+
+        sends = list.map do |breaker, host_key, tag|
+          argv = [host_key || @process_id, @host_ttl_ms, key_ttl_ms(breaker), quota(breaker),
+                  *breaker.__send__(:__fleet_report), "#{tag}:changed"]
+          ["#{tag}:hosts", "#{tag}:state", argv]
+        end
+        replies = round_trip(sends)
+        list.each_with_index do |(breaker, _, _), i|
+          reply = replies && replies[i]
+          reply = nil unless reply.is_a?(Array)
+          connected = breaker.__send__(:__fleet_receive, reply)
+          breaker.__send__(:__fleet_status, connected ? :connected : :degraded)
+        end
+      rescue StandardError => e
+        # A listener's error is reported by Events; anything else here is a
+        # bug of the syncer, which must not stop syncing.
+        warn "circuit_breaker: fleet syncer: #{e.class}: #{e.message}" if $VERBOSE
+      end
+
+      def round_trip(sends)
+        redis = connection
+        load_script(redis) unless @sha
+        attempt = 0
+        begin
+          Fleet.count_round_trip
+          redis.pipelined do |p|
+            sends.each { |hosts, state, argv| p.evalsha(@sha, keys: [hosts, state], argv: argv) }
+          end
+        rescue Redis::CommandError => e
+          raise unless e.message.start_with?("NOSCRIPT") && (attempt += 1) == 1
+
+          load_script(redis)
+          retry
+        end
+      rescue StandardError, ::Timeout::Error
+        # Down, paused, slow, out of memory, failed over: degraded until the
+        # next send works. Nothing raised here reaches the app.
+        close
+        nil
+      end
+
+      def load_script(redis)
+        @sha = redis.script(:load, SCRIPT)
+      end
+
+      def connection
+        @redis ||= new_connection
+      end
+
+      def new_connection
+        require "redis"
+        Redis.new(**@settings, connect_timeout: @timeout, read_timeout: @timeout,
+                               write_timeout: @timeout, reconnect_attempts: 0)
+      end
+
+      def close
+        redis = @redis
+        @redis = nil
+        @sha = nil
+        redis&.close
+      rescue StandardError
+        nil
+      end
+
+      def key_ttl_ms(breaker)
+        open_ms = breaker.__send__(:__fleet_longest_open_ms)
+        [60_000, 3 * open_ms].max
+      end
+
+      def quota(breaker)
+        breaker.__send__(:__fleet_quota)
+      end
+    end
+
+    # After fork, the child's syncers start afresh (Ruby 3.1+ `Process._fork`).
+    # @api private
+    module ForkHook
+      def _fork
+        pid = super
+        Fleet.after_fork if pid.zero?
+        pid
+      end
+    end
+    Process.singleton_class.prepend(ForkHook)
+
+    # `metrics[:fleet]` and `on_fleet_change` for fleet breakers.
+    module Breaker
+      # @return [Hash] SPEC §3.5's metrics, with `fleet:` (:connected or
+      #   :degraded) on a fleet breaker
+      def metrics
+        m = super
+        status = @fleet_status
+        status ? m.merge(fleet: status).freeze : m
+      end
+
+      # Calls the block with :connected or :degraded each time a fleet
+      # breaker's link to Redis changes (docs/fleet.md, "Degraded mode").
+      #
+      # @example
+      #   breaker.on_fleet_change { |status| warn "payments fleet: #{status}" }
+      # @return [self]
+      def on_fleet_change(&listener)
+        raise ArgumentError, "on_fleet_change needs a block" unless listener
+
+        (@fleet_listeners ||= []) << listener
+        self
+      end
+
+      private
+
+      def __fleet_status(status)
+        return if @fleet_status == status
+
+        @fleet_status = status
+        @fleet_listeners&.each { |l| __guard("on_fleet_change") { l.call(status) } }
+        __instrument("fleet_change.circuit_breaker", name: name, status: status)
+        nil
+      end
+    end
+  end
+
+  prepend(Fleet::Breaker)
+end

@@ -1,0 +1,362 @@
+# frozen_string_literal: true
+
+require "rbconfig"
+
+# `fleet:` against a real redis-server (docs/fleet.md): forked processes
+# play hosts. Every wait is bounded (a hang becomes a failure naming what
+# did not happen); no assertion depends on how long anything takes.
+RSpec.describe "CircuitBreaker fleet:", :redis do
+  DEADLINE = 30
+
+  let!(:name) { "fleet-#{SecureRandom.hex(4)}" } # before any fork: every host uses it
+
+  after { CircuitBreaker::Fleet.stop_all }
+
+  def wait_for(what, deadline: DEADLINE)
+    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
+    until (value = yield)
+      raise "#{what}: not within #{deadline}s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
+
+      sleep 0.02
+    end
+    value
+  end
+
+  def fleet_breaker(**options)
+    CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, **options)
+  end
+
+  # Forks a host running `block` with its own fleet breaker; the block's
+  # value comes back through a pipe. `go` (a pipe) releases all hosts at once.
+  class Host
+    attr_reader :pid
+
+    def initialize(gate)
+      @reader, writer = IO.pipe
+      writer.sync = true # exit! below skips flushing
+      @pid = fork do
+        @reader.close
+        gate.wait_open
+        result = yield
+        writer.write(Marshal.dump([:ok, result]))
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        writer.write(Marshal.dump([:error, "#{e.class}: #{e.message}\n#{e.backtrace&.first(5)&.join("\n")}"]))
+      ensure
+        writer.close
+        exit!(0)
+      end
+      writer.close
+    end
+
+    def result(deadline = DEADLINE)
+      raise "host #{@pid} did not report within #{deadline}s" unless @reader.wait_readable(deadline)
+
+      status, value = Marshal.load(@reader.read) # rubocop:disable Security/MarshalLoad
+      Process.wait(@pid)
+      raise "host #{@pid} failed: #{value}" unless status == :ok
+
+      value
+    ensure
+      @reader.close unless @reader.closed?
+    end
+  end
+
+  # Holds forked hosts until every one is ready.
+  class Gate
+    def initialize
+      @reader, @writer = IO.pipe
+    end
+
+    def wait_open
+      @writer.close
+      @reader.read
+    end
+
+    def open!
+      @reader.close
+      @writer.close
+    end
+  end
+
+  it "opens every host when the hosts' failures together cross the threshold, though no host alone would" do
+    gate = Gate.new
+    hosts = Array.new(4) do
+      Host.new(gate) do
+        breaker = fleet_breaker(min_calls: 20)
+        wait_for("connected") { breaker.metrics[:fleet] == :connected }
+        8.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+        own = breaker.metrics[:total]
+        state = wait_for("fleet open") { breaker.state == :open && breaker.state }
+        [own, state]
+      end
+    end
+    gate.open!
+    results = hosts.map(&:result)
+    expect(results.map(&:first)).to all(be < 20)
+    expect(results.map(&:last)).to all(eq(:open))
+  end
+
+  it "does not open on failures below the threshold across hosts" do
+    breakers = Array.new(2) { fleet_breaker(min_calls: 20) }
+    wait_for("connected") { breakers.all? { |b| b.metrics[:fleet] == :connected } }
+    breakers.each { |b| 9.times { b.call { raise "down" } rescue RuntimeError } } # rubocop:disable Style/RescueModifier
+    breakers.each { |b| 20.times { b.call { :ok } } }
+    sleep 0.3 # several intervals: nothing must happen
+    expect(breakers.map(&:state)).to all(eq(:closed))
+  end
+
+  it "brings trip!, force_open!, disable! and reset! on one host to every host" do
+    gate = Gate.new
+    acks_r, acks_w = IO.pipe
+    acks_w.sync = true
+    hosts = Array.new(3) do
+      Host.new(gate) do
+        acks_r.close
+        breaker = fleet_breaker
+        wait_for("connected") { breaker.metrics[:fleet] == :connected }
+        acks_w.puts("connected")
+        %i[open forced_open disabled closed].map do |want|
+          wait_for("#{want} from another host") { breaker.state == want }
+          acks_w.puts(want)
+          want
+        end
+      end
+    end
+    acks_w.close
+    gate.open!
+    operator = fleet_breaker
+    wait_for("connected") { operator.metrics[:fleet] == :connected }
+    # Each action once every host saw the previous one (acknowledged).
+    ack = lambda do |what|
+      3.times do
+        raise "no acknowledgement of #{what} within #{DEADLINE}s" unless acks_r.wait_readable(DEADLINE)
+
+        expect(acks_r.gets&.chomp).to eq(what)
+      end
+    end
+    ack.("connected")
+    { trip!: "open", force_open!: "forced_open", disable!: "disabled", reset!: "closed" }.each do |action, state|
+      operator.public_send(action)
+      ack.(state)
+    end
+    expect(hosts.map(&:result)).to all(eq(%i[open forced_open disabled closed]))
+  end
+
+  it "lets no more than half_open_calls probes through per stage across all hosts" do
+    gate = Gate.new
+    # Probes that never report (allow? with no record_*, probe_timeout: false): the stage's slots
+    # stay taken, so every probe any host admitted is counted.
+    hosts = Array.new(4) do
+      Host.new(gate) do
+        breaker = fleet_breaker(half_open_calls: 3, open_duration: 0.3, probe_timeout: false)
+        wait_for("connected") { breaker.metrics[:fleet] == :connected }
+        wait_for("tripped") { breaker.state != :closed } # open for 0.3 s: it may already be half-open
+        wait_for("half-open") { breaker.state == :half_open }
+        admitted = 0
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1.5
+        while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+          admitted += 1 if breaker.allow?
+          sleep 0.005
+        end
+        admitted
+      end
+    end
+    gate.open!
+    operator = fleet_breaker(half_open_calls: 3, open_duration: 0.3, probe_timeout: false)
+    wait_for("connected") { operator.metrics[:fleet] == :connected }
+    sleep 0.2
+    operator.trip!
+    total = hosts.sum(&:result)
+    expect(total).to be_between(1, 3)
+  end
+
+  it "pushes a change to hosts between their sends, and again after the subscriber was killed" do
+    # The follower's own sends are 10 s apart: it can only learn in time by push.
+    follower = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 10)
+    operator = fleet_breaker
+    subscribers = -> { redis_server.command("CLIENT", "LIST", "TYPE", "pubsub").lines.size }
+    wait_for("connected") { follower.metrics[:fleet] == :connected && operator.metrics[:fleet] == :connected }
+    wait_for("both subscribed") { subscribers.() >= 2 }
+    operator.trip!
+    wait_for("pushed trip", deadline: 5) { follower.state == :open }
+    redis_server.kill_subscribers
+    wait_for("subscribed again") { subscribers.() >= 2 }
+    operator.reset!
+    wait_for("pushed reset", deadline: 5) { follower.state == :closed }
+  end
+
+  it "with shared:, has one process per host send, and another take over when it dies" do
+    options = { shared: name, half_open_timeout: 30 } # the same configuration in every process
+    out_r, out_w = IO.pipe
+    out_w.sync = true
+    pids = Array.new(2) do
+      fork do
+        out_r.close
+        breaker = fleet_breaker(**options)
+        wait_for("connected") { breaker.metrics[:fleet] == :connected }
+        out_w.puts "ready #{Process.pid} #{breaker.__send__(:__fleet_syncer)}"
+        wait_for("open") { breaker.state == :open }
+        out_w.puts "open #{Process.pid}"
+        wait_for("sending") { breaker.__send__(:__fleet_syncer) == Process.pid }
+        out_w.puts "syncer #{Process.pid}"
+        sleep 60 # killed by the example
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        out_w.puts "error #{e.class}: #{e.message}"
+      ensure
+        exit!(0)
+      end
+    end
+    out_w.close
+    line = lambda do
+      raise "no word from the workers within #{DEADLINE}s" unless out_r.wait_readable(DEADLINE)
+
+      out_r.gets.split
+    end
+    begin
+      ready = [line.(), line.()]
+      syncers = ready.map { |_, _, syncer| Integer(syncer) }.uniq
+      expect(syncers.size).to eq(1)
+      expect(pids).to include(syncers.first)
+      leader = syncers.first
+      operator = fleet_breaker(**options.merge(shared: nil))
+      wait_for("connected") { operator.metrics[:fleet] == :connected }
+      operator.trip!
+      events = [line.(), line.(), line.()] # both open, and the leader already sends
+      expect(events.map(&:first).sort).to eq(%w[open open syncer])
+      expect(events.find { |e| e.first == "syncer" }.last).to eq(leader.to_s)
+      Process.kill("KILL", leader)
+      Process.wait(leader)
+      survivor = (pids - [leader]).first
+      expect(line.()).to eq(["syncer", survivor.to_s])
+    ensure
+      pids.each do |pid|
+        Process.kill("KILL", pid)
+        Process.wait(pid)
+      rescue Errno::ESRCH, Errno::ECHILD
+        nil
+      end
+    end
+  end
+
+  it "sends nothing to Redis from the calling thread, however many calls" do
+    breaker = fleet_breaker(min_calls: 1_000_000)
+    wait_for("connected") { breaker.metrics[:fleet] == :connected }
+    CircuitBreaker::Fleet.stop_all # the syncer is the only sender; stopped, nothing may move
+    before = redis_server.command_counts
+    100_000.times { breaker.call { 1 } }
+    1_000.times { breaker.call { raise "x" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+    breaker.trip!
+    breaker.metrics
+    after = redis_server.command_counts
+    expect(after.except("info")).to eq(before.except("info"))
+  end
+
+  it "keeps one round trip per interval whatever the number of calls" do
+    breaker = fleet_breaker
+    wait_for("connected") { breaker.metrics[:fleet] == :connected }
+    before = redis_server.command_counts.fetch("evalsha", 0)
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    200_000.times { breaker.call { 1 } }
+    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    sent = redis_server.command_counts.fetch("evalsha", 0) - before
+    expect(sent).to be <= (elapsed / 0.05).ceil + 2
+  end
+
+  describe "outages" do
+    def connected?(breaker) = breaker.metrics[:fleet] == :connected
+
+    it "keeps calls working and reports :degraded then :connected across kill -9 and a restart" do
+      breaker = fleet_breaker(min_calls: 5)
+      events = Queue.new
+      breaker.on_fleet_change { |s| events << s }
+      wait_for("connected") { connected?(breaker) }
+      redis_server.crash
+      wait_for("degraded") { breaker.metrics[:fleet] == :degraded }
+      expect(breaker.call { :still_works }).to eq(:still_works)
+      3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+      expect(breaker.state).to eq(:closed)
+      breaker.call { raise "down" } rescue RuntimeError # rubocop:disable Style/RescueModifier
+      expect(breaker.state).to eq(:open) # its own breaker still trips
+      redis_server.launch
+      wait_for("connected again") { connected?(breaker) }
+      expect([events.pop, events.pop, events.pop]).to eq(%i[connected degraded connected])
+    end
+
+    it "degrades while the server is stopped (SIGSTOP) and rejoins on SIGCONT" do
+      breaker = fleet_breaker
+      wait_for("connected") { connected?(breaker) }
+      redis_server.pause
+      begin
+        wait_for("degraded") { breaker.metrics[:fleet] == :degraded }
+        expect(breaker.call { 2 }).to eq(2)
+      ensure
+        redis_server.resume
+      end
+      wait_for("connected again") { connected?(breaker) }
+    end
+
+    it "survives CLIENT PAUSE, SCRIPT FLUSH, killed subscribers and out of memory" do
+      breaker = fleet_breaker
+      wait_for("connected") { connected?(breaker) }
+      redis_server.client_pause(500)
+      expect(breaker.call { 3 }).to eq(3)
+      redis_server.script_flush
+      wait_for("connected after SCRIPT FLUSH") { connected?(breaker) && redis_server.command("SCRIPT", "EXISTS", Digest::SHA1.hexdigest(CircuitBreaker::Fleet::SCRIPT)) == [1] }
+      redis_server.kill_subscribers
+      redis_server.limit_memory
+      begin
+        wait_for("degraded when out of memory") { breaker.metrics[:fleet] == :degraded }
+        expect(breaker.call { 4 }).to eq(4)
+      ensure
+        redis_server.unlimit_memory
+      end
+      wait_for("connected again") { connected?(breaker) }
+    end
+
+    it "degrades on garbage in its keys, then rebuilds them" do
+      breaker = fleet_breaker
+      events = Queue.new
+      breaker.on_fleet_change { |s| events << s }
+      wait_for("connected") { connected?(breaker) }
+      wait_for("keys") { redis_server.command("KEYS", "circuit_breaker:{#{name}:*").size == 2 }
+      redis_server.scribble("circuit_breaker:{#{name}:*")
+      wait_for("degraded") { events.size >= 2 }
+      wait_for("connected again") { events.size >= 3 && connected?(breaker) }
+      expect(events.size.times.map { events.pop }.first(3)).to eq(%i[connected degraded connected])
+      state = redis_server.command("HGETALL", "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:state")
+      expect(state.each_slice(2).to_h.values).to all(match(/\A\d+\z/))
+    end
+
+    it "starts :degraded, and raises nothing, when Redis is unreachable at construction" do
+      breaker = CircuitBreaker.new(name: name, fleet: "unix:///nonexistent/redis.sock", fleet_interval: 0.05)
+      expect(breaker.metrics[:fleet]).to eq(:degraded)
+      expect(breaker.call { 5 }).to eq(5)
+    end
+  end
+
+  it "follows the fleet from a host whose wall clock is an hour off" do
+    skip "faketime is not installed (bin/setup installs it)" unless system("command -v faketime >/dev/null 2>&1")
+
+    operator = fleet_breaker(open_duration: 30)
+    wait_for("connected") { operator.metrics[:fleet] == :connected }
+    script = <<~RUBY
+      $LOAD_PATH.unshift #{File.expand_path('../../lib', __dir__).inspect}
+      require "circuit_breaker"
+      b = CircuitBreaker.new(name: #{name.inspect}, fleet: #{redis_server.url.inspect}, fleet_interval: 0.05, open_duration: 30)
+      $stdout.puts "ready #{'#{Time.now.utc.hour}'}"; $stdout.flush
+      limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + #{DEADLINE}
+      sleep 0.02 until b.state == :open || Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
+      $stdout.puts "\#{b.state} \#{b.retry_after}"
+    RUBY
+    IO.popen(["faketime", "-f", "-1h", RbConfig.ruby, "-e", script], err: File::NULL) do |io|
+      ready = io.gets
+      expect(ready).to start_with("ready")
+      expect(Integer(ready.split.last)).not_to eq(Time.now.utc.hour)
+      sleep 0.3 # the host is connected before the trip (its own wait is bounded)
+      operator.trip!
+      state, retry_after = io.gets.split
+      expect(state).to eq("open")
+      expect(Float(retry_after)).to be_between(20, 30)
+    end
+  end
+end

@@ -1,0 +1,50 @@
+# frozen_string_literal: true
+
+# `fleet:` and `fleet_interval:` checked before any breaker or thread
+# exists (docs/fleet.md). No Redis needed: nothing here connects.
+RSpec.describe "CircuitBreaker.new(fleet:, fleet_interval:)" do
+  after { CircuitBreaker::Fleet.stop_all }
+
+  it "names fleet_interval and its range when it is out of range or not a number" do
+    [0, 0.001, 61, -1, Float::NAN, Float::INFINITY].each do |bad|
+      expect { CircuitBreaker.new(fleet: "unix:///tmp/none.sock", fleet_interval: bad) }
+        .to raise_error(ArgumentError, /fleet_interval must be a finite number of seconds in 0.01..60/)
+    end
+    ["0.1", Complex(1, 1), :fast].each do |bad|
+      expect { CircuitBreaker.new(fleet: "unix:///tmp/none.sock", fleet_interval: bad) }
+        .to raise_error(TypeError, /fleet_interval must be a finite number of seconds in 0.01..60/)
+    end
+  end
+
+  it "names fleet when the URL is not redis://, rediss:// or unix://" do
+    ["http://example.com", "redis://", "unix://", "not a url at all %%", ""].each do |bad|
+      expect { CircuitBreaker.new(fleet: bad) }.to raise_error(ArgumentError, /fleet/)
+    end
+  end
+
+  it "is a TypeError naming fleet for something that is neither a URL nor a client" do
+    expect { CircuitBreaker.new(fleet: 42) }.to raise_error(TypeError, /fleet must be a redis:\/\/ or unix:\/\/ URL, or a Redis client/)
+  end
+
+  it "refuses fleet_interval without fleet" do
+    expect { CircuitBreaker.new(fleet_interval: 1) }.to raise_error(ArgumentError, "fleet_interval: needs fleet:")
+  end
+
+  it "takes a redis-rb client's settings, never its connection" do
+    require "redis"
+    client = Redis.new(path: "/tmp/none.sock", db: 3)
+    settings, interval = CircuitBreaker::Fleet.settings(client, nil)
+    expect(settings).to eq(path: "/tmp/none.sock", db: 3)
+    expect(interval).to eq(0.1)
+    expect(client.connected?).to be(false)
+  end
+
+  it "reads host, port, db and password from a redis:// URL" do
+    settings, = CircuitBreaker::Fleet.settings("redis://:s%40cret@cache.internal:6380/2", 0.5)
+    expect(settings).to eq(host: "cache.internal", port: 6380, db: 2, password: "s@cret")
+  end
+
+  it "has no fleet entry in metrics without fleet:" do
+    expect(CircuitBreaker.new.metrics).not_to have_key(:fleet)
+  end
+end
