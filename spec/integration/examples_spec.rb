@@ -4,6 +4,7 @@ require "json"
 require "net/http"
 require "open3"
 require "socket"
+require "tmpdir"
 
 # Every file in examples/ as a user runs it (shortened where it has a
 # scale), so an example never rots. A file added to examples/ without a
@@ -70,8 +71,23 @@ RSpec.describe "examples/", :integration do
     end
   end
 
+  it "fleet_story.rb (bin/demo --fleet): hosts alone, then with fleet: on a real redis-server paused midway" do
+    skip "redis-server is not installed (bin/setup installs it)" unless RedisServer.available?
+
+    Dir.mktmpdir do |dir|
+      report = File.join(dir, "fleet.html")
+      out, status = Open3.capture2e(RbConfig.ruby, File.join(root, "bin/demo"), "--fleet", "--fast", "--hosts", "3",
+                                    "--out", report, chdir: root)
+
+      expect(status).to be_success, out
+      expect(out).to match(/each host alone\s+\d+ calls reached the upstream during its error burst/)
+      expect(out).to match(/fleet: on Redis\s+\d+ calls reached the upstream.*Redis paused/)
+      expect(File.read(report).scan("<svg").size).to eq(2)
+    end
+  end
+
   it "has a row here for every file in examples/" do
-    covered = %w[first_breaker.rb articles.rb puma_style.rb sinatra_app.rb]
+    covered = %w[first_breaker.rb articles.rb puma_style.rb sinatra_app.rb fleet_story.rb]
 
     expect(Dir.children(File.join(root, "examples")).grep(/\.rb\z/).sort).to eq(covered.sort)
   end
