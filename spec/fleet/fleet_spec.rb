@@ -282,6 +282,19 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       expect([events.pop, events.pop, events.pop]).to eq(%i[connected degraded connected])
     end
 
+    it "rejoins a restarted Redis without counting anything twice" do
+      breaker = fleet_breaker(min_calls: 1_000)
+      5.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+      3.times { breaker.call { :ok } }
+      key = "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:hosts"
+      reported = -> { redis_server.command("HVALS", key).map { |v| v.split[1, 3].map(&:to_i) } }
+      wait_for("reported") { reported.() == [[8, 5, 0]] }
+      redis_server.crash_and_restart
+      wait_for("reported again") { reported.() == [[8, 5, 0]] }
+      sleep 0.3 # more sends: still the same counts, not a sum of them
+      expect(reported.()).to eq([[8, 5, 0]])
+    end
+
     it "degrades while the server is stopped (SIGSTOP) and rejoins on SIGCONT" do
       breaker = fleet_breaker
       wait_for("connected") { connected?(breaker) }
