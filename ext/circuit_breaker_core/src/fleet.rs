@@ -223,6 +223,11 @@ pub struct HostSide {
     pub(crate) failed: u32,
     /// A manual action waiting for the next send.
     command: Option<(State, Nanos)>,
+    /// Counts manual actions; `command_sent` is the count a report
+    /// carried, so a reply clears only a command it answers (an action
+    /// taken while a send was in flight goes out with the next one).
+    command_seq: u32,
+    command_sent: u32,
     /// A proposal decided from the last reply, for the next send.
     proposal: Option<Proposal>,
     /// The process that sends for this record (one per host with
@@ -248,6 +253,8 @@ pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
             passed,
             failed,
             command,
+            command_seq,
+            command_sent,
             proposal,
             syncer_pid,
             syncer_beat
@@ -269,6 +276,7 @@ impl HostSide {
     pub(crate) fn command(&mut self, to: State, open_for: Nanos) {
         if self.attached {
             self.command = Some((to, open_for));
+            self.command_seq = self.command_seq.wrapping_add(1);
         }
     }
 
@@ -350,6 +358,7 @@ impl Breaker {
     /// its probes in the followed stage, and a command or proposal.
     pub fn fleet_report<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> [i64; REPORT_LEN] {
         let c = w.counts(now);
+        self.fleet.command_sent = self.fleet.command_seq;
         let f = &self.fleet;
         let want = if f.following && self.state() == State::HalfOpen {
             (f.granted.saturating_add(f.starved)).min(cfg.half_open_calls)
@@ -421,7 +430,9 @@ impl Breaker {
         }
         // What was sent has been applied (or lost a compare-and-set).
         self.fleet.connected = true;
-        self.fleet.command = None;
+        if self.fleet.command_sent == self.fleet.command_seq {
+            self.fleet.command = None;
+        }
         self.fleet.proposal = None;
         if (r.epoch, r.version) != (self.fleet.epoch, self.fleet.version) {
             self.fleet.epoch = r.epoch;

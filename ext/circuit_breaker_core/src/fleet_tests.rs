@@ -322,3 +322,19 @@ fn one_process_sends_for_a_shared_record_until_it_goes_silent() {
     assert_eq!(h.b.fleet_syncer(), 11);
     assert!(!h.b.fleet_claim(10, 2 * SEC + 2, SEC));
 }
+
+#[test]
+fn an_action_taken_while_a_send_is_in_flight_goes_out_with_the_next_send() {
+    let mut h = Host::new(config(|_| {}));
+    h.receive(&reply(1, State::Closed, 1, 0), 0);
+    let sent = h.report(0); // in flight...
+    assert_eq!(sent[7], 0);
+    h.b.trip(&mut h.w, &h.cfg, 0); // ...when the operator trips
+    h.receive(&reply(1, State::Closed, 1, 0), 0); // the reply to the earlier send
+    let next = h.report(0);
+    assert_eq!((next[7], next[9]), (2, State::Open as i64), "the trip is still to be sent");
+    let mut applied = reply(2, State::Open, 2, 7);
+    applied[6] = 30_000;
+    h.receive(&applied, 0);
+    assert_eq!(h.report(0)[7], 0, "sent and answered");
+}
