@@ -356,7 +356,12 @@ impl Breaker {
 
     /// What this host sends next (see [`REPORT_LEN`]): its window's counts,
     /// its probes in the followed stage, and a command or proposal.
-    pub fn fleet_report<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> [i64; REPORT_LEN] {
+    pub fn fleet_report<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+    ) -> [i64; REPORT_LEN] {
         let c = w.counts(now);
         self.fleet.command_sent = self.fleet.command_seq;
         let f = &self.fleet;
@@ -370,7 +375,14 @@ impl Breaker {
         let (kind, p) = match (f.command, f.proposal) {
             (Some((state, open_for)), _) => (
                 2,
-                Some(Proposal { expected: None, state, reason: Reason::Manual, open_for, open_base: open_for, stage: 0 }),
+                Some(Proposal {
+                    expected: None,
+                    state,
+                    reason: Reason::Manual,
+                    open_for,
+                    open_base: open_for,
+                    stage: 0,
+                }),
             ),
             (None, Some(p)) => (1, Some(p)),
             (None, None) => (0, None),
@@ -449,7 +461,14 @@ impl Breaker {
 
     /// The host's answer to a new fleet state (docs/fleet.md, "How a host
     /// enforces the fleet").
-    fn follow<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, r: &Reply, now: Nanos, out: &mut Transitions) {
+    fn follow<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        r: &Reply,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
         if self.fleet.command.is_some() {
             // This host's own manual action is on its way and will be the
             // fleet's next state: the last operator wins.

@@ -93,7 +93,10 @@ fn the_fleet_opens_on_sums_no_single_host_would_open_on() {
     // Four hosts with 8 calls each, half failing: no host reaches min_calls.
     let r = Reply::parse(&with_counts(reply(3, State::Closed, 3, 0), 32, 16, 4)).unwrap();
     let p = decide(&cfg, &r, Some(100)).expect("the fleet opens");
-    assert_eq!((p.expected, p.state, p.reason, p.open_for), (Some(3), State::Open, Reason::ErrorRate, cfg.open_duration));
+    assert_eq!(
+        (p.expected, p.state, p.reason, p.open_for),
+        (Some(3), State::Open, Reason::ErrorRate, cfg.open_duration)
+    );
     // The same counts under min_calls or threshold: nothing.
     let r = Reply::parse(&with_counts(reply(3, State::Closed, 3, 0), 19, 19, 4)).unwrap();
     assert_eq!(decide(&cfg, &r, Some(100)), None);
@@ -176,7 +179,10 @@ fn manual_actions_become_fleet_commands_and_commands_are_followed() {
     h.receive(&reply(1, State::ForcedOpen, 1, 7), 0);
     assert_eq!(h.report(0)[7], 0);
     // Another host disables the fleet, then resets it.
-    assert_eq!(h.receive(&reply(2, State::Disabled, 2, 7), 0), vec![(State::ForcedOpen, State::Disabled, Reason::Manual)]);
+    assert_eq!(
+        h.receive(&reply(2, State::Disabled, 2, 7), 0),
+        vec![(State::ForcedOpen, State::Disabled, Reason::Manual)]
+    );
     assert_eq!(h.receive(&reply(3, State::Closed, 3, 7), 0), vec![(State::Disabled, State::Closed, Reason::Manual)]);
     assert_eq!(h.report(0)[7], 0, "following is not commanding");
 }
@@ -195,7 +201,7 @@ fn a_fleet_that_never_opened_leaves_the_host_as_it_is() {
     let mut h = Host::new(config(|o| o.open_duration = 30.0));
     h.b.trip(&mut h.w, &h.cfg, 0);
     h.receive(&reply(1, State::Open, 1, 7), 0); // its own command, applied
-    // Redis restarted: a new epoch, version 0, closed.
+                                                // Redis restarted: a new epoch, version 0, closed.
     let mut v = reply(0, State::Closed, 0, 0);
     v[1] = 8;
     assert!(h.receive(&v, SEC).is_empty());
