@@ -13,7 +13,7 @@
 //! coordinate the processes: `INIT` (exclusive) while one process creates,
 //! validates or removes the file, `IN_USE` (shared) for as long as a
 //! process maps it, so that [`remove_unused`] deletes only files no live
-//! process maps. The space is reserved with `posix_fallocate` before any
+//! process maps. Opening waits for them at most [`OPEN_WAIT`]. The space is reserved with `posix_fallocate` before any
 //! page is touched: a full file system is an error at construction, never
 //! a SIGBUS later.
 //!
@@ -311,27 +311,44 @@ impl Key<'_> {
     }
 }
 
-/// Locks (`F_OFD_SETLK[W]`) or unlocks one byte of the file.
-fn range_lock(fd: i32, byte: i64, kind: i32, wait: bool) -> io::Result<bool> {
+/// How long opening a file waits for another process's `INIT` or cleanup
+/// step: they take microseconds, so this long means that process is
+/// stopped; opening then fails (`ETIMEDOUT`) instead of hanging boot.
+const OPEN_WAIT: Nanos = 10_000_000_000;
+
+/// Locks (`F_OFD_SETLK`) or unlocks one byte of the file, without waiting.
+fn range_lock(fd: i32, byte: i64, kind: i32) -> io::Result<bool> {
     // SAFETY: a zeroed flock is a valid value; fcntl only reads it.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     lock.l_start = byte;
     lock.l_len = 1;
-    let cmd = if wait { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
     loop {
         // SAFETY: `fd` is open; `lock` is a valid flock.
-        if unsafe { libc::fcntl(fd, cmd, &lock) } == 0 {
+        if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &lock) } == 0 {
             return Ok(true);
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN | libc::EACCES) if !wait => return Ok(false),
+            Some(libc::EAGAIN | libc::EACCES) => return Ok(false),
             _ => return Err(e),
         }
     }
+}
+
+/// Locks one byte of the file, retrying for up to `wait` nanoseconds:
+/// `ETIMEDOUT` when another process keeps it that long.
+fn range_lock_within(fd: i32, byte: i64, kind: i32, wait: Nanos) -> io::Result<()> {
+    let deadline = monotonic().saturating_add(wait);
+    while !range_lock(fd, byte, kind)? {
+        if monotonic() >= deadline {
+            return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Ok(())
 }
 
 fn fstat(fd: i32) -> io::Result<libc::stat> {
@@ -408,7 +425,7 @@ impl MappedRecord {
                 return Err(os_error(format!("cannot open {shown}")));
             }
             let fd = Fd(fd);
-            range_lock(fd.0, INIT, libc::F_WRLCK, true)
+            range_lock_within(fd.0, INIT, libc::F_WRLCK, OPEN_WAIT)
                 .map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
             if !still_at(fd.0, &cpath) {
                 // Removed by `remove_unused` of another process between our
@@ -416,9 +433,9 @@ impl MappedRecord {
                 continue;
             }
             let this = Self::map(fd, &shown, len, hsize, &layout, key, seed)?;
-            range_lock(this._fd.0, IN_USE, libc::F_RDLCK, true)
+            range_lock_within(this._fd.0, IN_USE, libc::F_RDLCK, OPEN_WAIT)
                 .map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
-            range_lock(this._fd.0, INIT, libc::F_UNLCK, false)
+            range_lock(this._fd.0, INIT, libc::F_UNLCK)
                 .map_err(|e| ShmError::Io { context: format!("cannot unlock {shown}"), source: e })?;
             return Ok(this);
         }
@@ -751,8 +768,8 @@ fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
     if !ours {
         return Ok(false);
     }
-    let free = range_lock(fd.0, IN_USE, libc::F_WRLCK, false).unwrap_or(false)
-        && range_lock(fd.0, INIT, libc::F_WRLCK, false).unwrap_or(false);
+    let free = range_lock(fd.0, IN_USE, libc::F_WRLCK).unwrap_or(false)
+        && range_lock(fd.0, INIT, libc::F_WRLCK).unwrap_or(false);
     if !free || !still_at(fd.0, &cpath) {
         return Ok(false);
     }
@@ -974,6 +991,24 @@ mod tests {
         assert_eq!(rejected(word(State::HalfOpen, 3), 0, 0), (State::HalfOpen, Some(0)));
         assert_eq!(rejected(word(State::ForcedOpen, 4), 0, 0), (State::ForcedOpen, None));
         assert_eq!(State::published(word(State::HalfOpen, 9)), State::HalfOpen);
+    }
+
+    #[test]
+    fn a_file_lock_kept_by_a_stuck_process_is_waited_for_only_up_to_a_bound() {
+        let d = dir("init-bound");
+        let m = open_in(&d, &key("p", 7, &SPEC)).unwrap();
+        let p = key("p", 7, &SPEC).path().unwrap();
+        let p = d.join(p.file_name().unwrap());
+        let other = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        use std::os::fd::AsRawFd;
+        // Another open file description (as another process has) takes INIT.
+        assert!(range_lock(other.as_raw_fd(), INIT, libc::F_WRLCK).unwrap());
+        let own = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        let err = range_lock_within(own.as_raw_fd(), INIT, libc::F_WRLCK, 20_000_000).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ETIMEDOUT));
+        drop(other);
+        range_lock_within(own.as_raw_fd(), INIT, libc::F_WRLCK, 20_000_000).unwrap();
+        drop(m);
     }
 
     #[test]
