@@ -796,12 +796,27 @@ mod tests {
 
     const SPEC: WindowSpec = WindowSpec::Count { size: 10, slow_threshold_ms: 800.0 };
 
-    /// A directory of this test only.
-    fn dir(name: &str) -> PathBuf {
+    /// A directory of this test only, removed when the test ends.
+    struct TestDir(PathBuf);
+
+    impl std::ops::Deref for TestDir {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TestDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(name: &str) -> TestDir {
         let d = std::env::temp_dir().join(format!("cb-shm-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        TestDir(d)
     }
 
     fn key<'a>(name: &'a str, config_hash: u64, spec: &'a WindowSpec) -> Key<'a> {
@@ -944,7 +959,7 @@ mod tests {
         std::fs::write(&other_prefix, b"").unwrap();
         let _third = open_in(&d, &key("third", 7, &SPEC)).unwrap();
         let names: Vec<String> =
-            std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            std::fs::read_dir(&*d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert!(names.iter().any(|n| n.contains("-kept-")), "{names:?}");
         assert!(names.iter().any(|n| n.contains("-third-")), "{names:?}");
         assert!(!names.iter().any(|n| n.contains("-gone-")), "{names:?}");
