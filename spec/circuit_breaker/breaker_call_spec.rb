@@ -467,6 +467,13 @@ RSpec.describe CircuitBreaker, "#call" do
       expect(rejection(breaker).backtrace.to_a).to be_empty
     end
 
+    it "has a backtrace of its own that the caller may change (test frameworks filter it in place)" do
+      breaker.trip!
+      first = rejection(breaker)
+      first.backtrace.push("app.rb:1").reject! { |line| line.start_with?("gem") }
+      expect(rejection(breaker).backtrace).to be_empty
+    end
+
     it "counts as a rejection in metrics and reaches on_reject listeners" do
       rejected = []
       breaker.on_reject { |e| rejected << e }
