@@ -4,7 +4,7 @@ require "securerandom"
 require_relative "../spec/support/redis_server"
 
 module Bench
-  # The fleet rows of `rake bench` (SPEC §7, docs/fleet.md): the call path
+  # The fleet rows of `rake bench` (docs/performance.md, docs/fleet.md): the call path
   # with Redis up, paused and down against the same breaker without
   # `fleet:`; Redis round trips per host per second with 1 and 100 fleet
   # breakers; and a convergence run of forked hosts against a counting

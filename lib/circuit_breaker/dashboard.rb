@@ -166,7 +166,7 @@ class CircuitBreaker
       return text(403, "refused by the authorize: hook") unless authorized?(request, method, name)
 
       # With shared: the record every process maps; with fleet: the breaker
-      # carries the action to the fleet itself (SPEC.md §5.2).
+      # carries the action to the fleet itself (docs/fleet.md).
       breaker.public_send(method)
       sample(name, breaker.metrics[:state], monotonic)
       if request.get_header("HTTP_ACCEPT").to_s.include?("application/json")

@@ -362,7 +362,7 @@ class CircuitBreaker
 
     # `metrics[:fleet]` and `on_fleet_change` for fleet breakers.
     module Breaker
-      # @return [Hash] SPEC §3.5's metrics, with `fleet:` (:connected or
+      # @return [Hash] docs/operating.md's metrics, with `fleet:` (:connected or
       #   :degraded) on a fleet breaker
       def metrics
         m = super

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 class CircuitBreaker
-  # The breaker's options: every keyword with its default (SPEC.md §3), in
+  # The breaker's options: every keyword with its default (docs/configuration.md), in
   # one method. To add an option: add its keyword here, pass it to
   # `__setup`, and convert it in `Breaker::setup`
   # (ext/circuit_breaker/src/breaker.rs), where a range check belongs in the
@@ -79,7 +79,7 @@ class CircuitBreaker
     Fleet.attach(self, *fleet_settings, shared: shared && "#{namespace}:#{shared}", namespace: fleet_namespace)
   end
 
-  # The seeds' spellings (SPEC.md §3.4), so the articles' classes port by
+  # The seeds' spellings (docs/configuration.md), so the articles' classes port by
   # renaming only: `threshold:` is `error_rate_threshold:`, `retry_time:`
   # is `open_duration:`, `probe_ratio:` r (with `half_open_window:` w) is
   # `ramp: [r]` (with `half_open_calls: max(1, floor(w * r))`). An alias

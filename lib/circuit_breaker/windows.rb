@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 class CircuitBreaker
-  # A count-based window: the last `size` recorded calls (SPEC.md §2).
+  # A count-based window: the last `size` recorded calls (docs/configuration.md).
   class SlidingWindow
     # @param size [Integer] calls kept, 1..1_000_000
     # @param slow_threshold_ms [Numeric] a call is slow from this duration on (> 0)
@@ -13,7 +13,7 @@ class CircuitBreaker
   end
 
   # A time-based window: the calls of the last `seconds`, in `buckets` that
-  # expire whole (SPEC.md §2).
+  # expire whole (docs/configuration.md).
   class TimeWindow
     # @param seconds [Numeric] span of the window (> 0)
     # @param buckets [Integer] 1..3600

@@ -4,7 +4,7 @@
 # ArgumentError (a value out of range) or TypeError (a value of the wrong
 # type) whose message names the argument; nothing crashes, and an object
 # that refused an argument is unchanged and still usable. A second table
-# lists the edge values that are legitimately accepted (SPEC §1–3).
+# lists the edge values that are legitimately accepted (docs/configuration.md–3).
 RSpec.describe CircuitBreaker, "bad input" do
   cb = CircuitBreaker
   nan = Float::NAN
@@ -121,7 +121,7 @@ RSpec.describe CircuitBreaker, "bad input" do
     row.call("CircuitBreaker.new(name: #{show})", TypeError, "name") { cb.new(name: v) }
   end
 
-  # Aliases (SPEC §3.4). A range error names the option the alias stands for.
+  # Aliases (docs/configuration.md). A range error names the option the alias stands for.
   row.call("CircuitBreaker.new(threshold: 1.5)", ArgumentError, "threshold") { cb.new(threshold: 1.5) }
   row.call("CircuitBreaker.new(threshold: 0.5, error_rate_threshold: 0.5)", ArgumentError, "threshold") do
     cb.new(threshold: 0.5, error_rate_threshold: 0.5)
@@ -285,7 +285,7 @@ RSpec.describe CircuitBreaker, "bad input" do
     end
   end
 
-  # Edge values SPEC accepts: each is taken, and the object answers sensibly.
+  # Edge values the options accept (docs/configuration.md): each is taken, and the object answers sensibly.
   describe "values that are legitimately accepted" do
     accepted = {
       "open_duration: 1e300 (finite > 0; saturates at ~292 years)" => -> { cb.new(open_duration: 1e300) },

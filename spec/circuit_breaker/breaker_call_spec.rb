@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.2: how `call` classifies every way a block can end, OpenError,
+# docs/semantics.md: how `call` classifies every way a block can end, OpenError,
 # and listeners around jumps.
 RSpec.describe CircuitBreaker, "#call" do
   let(:clock) { CircuitBreaker::ManualClock.new }

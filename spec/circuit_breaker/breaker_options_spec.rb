@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3 (options and their defaults) and §3.4 (the articles' spellings).
+# docs/configuration.md (options and their defaults) (the articles' spellings included).
 RSpec.describe CircuitBreaker, ".new" do
   let(:clock) { CircuitBreaker::ManualClock.new }
 
@@ -149,7 +149,7 @@ RSpec.describe CircuitBreaker, ".new" do
     end
   end
 
-  describe "the articles' spellings (SPEC §3.4)" do
+  describe "the articles' spellings (docs/configuration.md)" do
     it "takes threshold: for error_rate_threshold:" do
       breaker = build_breaker(clock: clock, window: window(10), min_calls: 10, threshold: 0.3)
       succeed_calls(breaker, 7)

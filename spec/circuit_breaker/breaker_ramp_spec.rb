@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.1, half-open: ramp stages, admission spacing, probe quota and
+# docs/semantics.md, half-open: ramp stages, admission spacing, probe quota and
 # verdicts (advance, restart, reopen), with the spacing rule of docs/choices.md.
 RSpec.describe CircuitBreaker, "half-open ramp" do
   let(:clock) { CircuitBreaker::ManualClock.new }

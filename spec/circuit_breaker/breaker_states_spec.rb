@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.1: states, transitions, timers, generations, backoff and jitter.
+# docs/semantics.md: states, transitions, timers, generations, backoff and jitter.
 RSpec.describe CircuitBreaker, "states" do
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:window) { CircuitBreaker::SlidingWindow.new(size: 10, slow_threshold_ms: 100) }

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.5: trip!, reset!, force_open!, disable! from every state.
+# docs/operating.md: trip!, reset!, force_open!, disable! from every state.
 RSpec.describe CircuitBreaker, "control" do
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:open_duration) { 30 }

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §8 (docs/operating.md): cumulative counters in #metrics, the rates
+# docs/operating.md (docs/operating.md): cumulative counters in #metrics, the rates
 # that opened the breaker, and what the opening event carries.
 RSpec.describe CircuitBreaker, "counters" do
   let(:names) { %i[calls successes failures_total slow_total rejected opened] }

@@ -5,7 +5,7 @@ require "rack/mock"
 require "rack/test"
 require "circuit_breaker/dashboard"
 
-# SPEC §8: the status page and its controls, through rack-test (the
+# docs/operating.md: the status page and its controls, through rack-test (the
 # browser check is spec/integration/dashboard_browser_spec.rb).
 RSpec.describe CircuitBreaker::Dashboard do
   include Rack::Test::Methods

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.5: on_state_change, on_reject and the logger.
+# docs/operating.md: on_state_change, on_reject and the logger.
 RSpec.describe CircuitBreaker, "events" do
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:options) { {} }

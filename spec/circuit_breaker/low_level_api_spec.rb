@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.3: allow? / record_success / record_failure / record, for code
+# docs/semantics-permits.md: allow? / record_success / record_failure / record, for code
 # that cannot wrap a block.
 RSpec.describe CircuitBreaker, "low-level API" do
   let(:clock) { CircuitBreaker::ManualClock.new }

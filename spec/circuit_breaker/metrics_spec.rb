@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.5: CircuitBreaker#metrics.
+# docs/operating.md: CircuitBreaker#metrics.
 RSpec.describe CircuitBreaker, "#metrics" do
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:window) { CircuitBreaker::SlidingWindow.new(size: 10, slow_threshold_ms: 800) }
@@ -20,7 +20,7 @@ RSpec.describe CircuitBreaker, "#metrics" do
     expect(breaker.state).to eq(:open)
   end
 
-  it "has exactly the keys of SPEC §3.5 and §8 (and dropped_records, docs/shared.md), and is frozen" do
+  it "has exactly the keys of docs/operating.md (and dropped_records, docs/shared.md), and is frozen" do
     expect(breaker.metrics.keys).to contain_exactly(
       :state, :total, :failures, :slow_calls, :error_rate, :slow_call_rate, :rejected, :stage, :admit_share, :retry_after,
       :calls, :successes, :failures_total, :slow_total, :opened, :tripped_error_rate, :tripped_slow_call_rate, :counters,

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# SPEC §3.1 min_stage_duration: a half-open stage advances only when its
+# docs/semantics.md min_stage_duration: a half-open stage advances only when its
 # probes pass at or after it has lasted that long; an earlier pass starts a
 # new round of the same stage (the core's rules: cargo test, state_tests.rs).
 RSpec.describe CircuitBreaker, "min_stage_duration" do

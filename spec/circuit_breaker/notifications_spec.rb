@@ -3,7 +3,7 @@
 require "open3"
 require "rbconfig"
 
-# SPEC §3.5: ActiveSupport::Notifications instrumentation, when loaded.
+# docs/operating.md: ActiveSupport::Notifications instrumentation, when loaded.
 #
 # Tagged :integration (it runs a subprocess), and ActiveSupport is loaded
 # only when these examples run: once loaded (with concurrent-ruby) it makes

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Issue 12, item 1: no permit pins a breaker in half-open under the
-# defaults (probe_timeout, SPEC §3.1), a stale permit never settles a later
+# defaults (probe_timeout, docs/semantics.md), a stale permit never settles a later
 # probe in its place, and allow? as a predicate takes no memory per call.
 # docs/semantics-permits.md states the rules.
 RSpec.describe CircuitBreaker, "permits under hostile callers" do

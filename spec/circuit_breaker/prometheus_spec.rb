@@ -4,7 +4,7 @@ require "open3"
 require "tmpdir"
 require "circuit_breaker/prometheus"
 
-# SPEC §8: CircuitBreaker::Prometheus, checked with the real promtool.
+# docs/operating.md: CircuitBreaker::Prometheus, checked with the real promtool.
 RSpec.describe CircuitBreaker::Prometheus do
   let(:clock) { CircuitBreaker::ManualClock.new }
 

@@ -3,7 +3,7 @@
 require "securerandom"
 require "circuit_breaker/registry"
 
-# SPEC §3.5: CircuitBreaker.for, .registry, .reset_all! (and .forget_all!).
+# docs/operating.md: CircuitBreaker.for, .registry, .reset_all! (and .forget_all!).
 RSpec.describe CircuitBreaker, "registry" do
   # A name no other example uses: the registry lives as long as the process.
   let(:name) { "registry-spec-#{SecureRandom.hex(6)}" }

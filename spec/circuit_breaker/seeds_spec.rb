@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # The four source articles behind the gem (docs/semantics.md), each as a scenario
-# written in the article's own spelling (SPEC §3.1, §3.4).
+# written in the article's own spelling (docs/configuration.md).
 RSpec.describe CircuitBreaker, "the articles' scenarios" do
   let(:clock) { CircuitBreaker::ManualClock.new }
 

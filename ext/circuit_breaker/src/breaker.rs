@@ -165,7 +165,7 @@ static KEYS: [LazyId; 19] = [
     LazyId::new("dropped_records"),
 ];
 
-/// The frozen Hash of SPEC §3.5 and §8 (docs/operating.md). `host_wide`:
+/// The frozen Hash of docs/operating.md. `host_wide`:
 /// the counters are those of every process mapping a `shared:` record.
 /// `dropped`: records a shared breaker dropped because its lock stayed busy
 /// (docs/shared.md).
@@ -539,7 +539,7 @@ impl Breaker {
 
     /// The seeds' `probe_ratio:` r, with `half_open_window:` w, as the
     /// share of `ramp: [r]` and `half_open_calls: max(1, floor(w * r))`,
-    /// each checked by the core under the name the caller wrote (SPEC §3.4;
+    /// each checked by the core under the name the caller wrote (docs/configuration.md;
     /// lib/circuit_breaker/options.rb decides when they apply).
     fn seed_probes(ruby: &Ruby, ratio: Value, window: Value) -> Result<(f64, Option<i64>), Error> {
         let given = |name: &str| Some(if name == "probe_ratio" { ratio } else { window });

@@ -58,7 +58,7 @@ pub(crate) fn check_secs(name: &'static str, range: &'static str, secs: f64) -> 
 /// shares such as 0.3 space admissions exactly.
 pub const PPB: u64 = 1_000_000_000;
 
-/// `probe_timeout:` as given (SPEC.md §3.1).
+/// `probe_timeout:` as given (docs/semantics.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ProbeTimeout {
     /// `nil`, the default: as long as `open_duration`.
@@ -70,7 +70,7 @@ pub enum ProbeTimeout {
 }
 
 /// The breaker's options as plain values, before validation. Field meanings
-/// and defaults are those of SPEC.md §3; see [`Config`].
+/// and defaults are those of docs/configuration.md; see [`Config`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     pub error_rate_threshold: f64,

@@ -155,7 +155,7 @@ pub struct Proposal {
     pub stage: u32,
 }
 
-/// The fleet's next state, by the rules of SPEC §3.1 applied to the fleet's
+/// The fleet's next state, by the rules of docs/semantics.md applied to the fleet's
 /// sums; None when it stays. `capacity` is one host's window capacity
 /// (a SlidingWindow's size), so `min_calls` is clamped to what the live
 /// hosts' windows can hold together.
@@ -183,7 +183,7 @@ pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal
                 Verdict::Reopen => reopen(Reason::ProbeFailed),
                 Verdict::Restart => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, r.stage),
                 // A stage advances only once it lasted min_stage_duration
-                // (SPEC §3.1); an earlier pass starts a new round.
+                // (docs/semantics.md); an earlier pass starts a new round.
                 Verdict::Advance if r.stage_elapsed < cfg.min_stage_duration => {
                     at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, r.stage)
                 }

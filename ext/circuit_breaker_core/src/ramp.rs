@@ -139,7 +139,9 @@ impl Stage {
         }
         // Every entry is taken: join the newest cohort. It times out no
         // later than this probe would, and its thread is no longer known.
-        let newest = self.cohorts.iter_mut().max_by_key(|c| (c.admitted_at, c.tag)).expect("COHORTS > 0");
+        let [first, rest @ ..] = &mut self.cohorts;
+        let newest =
+            rest.iter_mut().fold(first, |a, b| if (b.admitted_at, b.tag) > (a.admitted_at, a.tag) { b } else { a });
         newest.unsettled += 1;
         newest.thread = 0;
         newest.tag

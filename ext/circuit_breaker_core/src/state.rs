@@ -564,7 +564,7 @@ impl Breaker {
         out: &mut Transitions,
     ) {
         // A stage advances only once it has lasted min_stage_duration; a
-        // round that passes earlier starts the stage over (SPEC.md §3.1).
+        // round that passes earlier starts the stage over (docs/semantics.md).
         let lasted = now >= self.stage.entered_at.saturating_add(cfg.min_stage_duration);
         match verdict {
             Verdict::Pending => {}
@@ -715,7 +715,7 @@ impl Breaker {
 
 /// Why a window's counts open a closed breaker, if they do: at least
 /// `min_calls` calls (clamped to what the window can hold; None: no limit)
-/// and a rate at its threshold (SPEC §3.1). A host's window and the
+/// and a rate at its threshold (docs/semantics.md). A host's window and the
 /// fleet's sum (fleet.rs) are judged by this one rule.
 pub fn trip_reason(cfg: &Config, counts: &Counts, capacity: Option<u32>) -> Option<Reason> {
     let min_calls = cfg.min_calls.min(capacity.unwrap_or(u32::MAX));

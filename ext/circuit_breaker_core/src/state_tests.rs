@@ -1,5 +1,5 @@
-//! Tests of the state machine: SPEC.md §3.1 (states, ramp, timers,
-//! generations) and §3.5 (manual control, metrics). Time is always an
+//! Tests of the state machine: docs/semantics.md (states, ramp, timers,
+//! generations) and docs/operating.md (manual control, metrics). Time is always an
 //! explicit `now` in nanoseconds; nothing sleeps.
 
 use super::Reason::*;
@@ -55,7 +55,7 @@ struct Rig {
 }
 
 impl Rig {
-    /// Defaults of SPEC §3 with overrides, over a count window of `size`.
+    /// Defaults of docs/configuration.md with overrides, over a count window of `size`.
     fn new(size: i64, f: impl FnOnce(&mut Options)) -> Self {
         Self::with_window(count_window(size), f)
     }
@@ -1407,7 +1407,7 @@ fn the_published_word_admits_without_the_lock_only_closed_or_disabled() {
 }
 
 // ---------------------------------------------------------------------------
-// probe_timeout (SPEC §3.1): a probe not settled in time is a failed probe
+// probe_timeout (docs/semantics.md): a probe not settled in time is a failed probe
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -1539,7 +1539,7 @@ fn many_unsettled_probes_of_many_instants_time_out_early_at_worst_never_late() {
 }
 
 // ---------------------------------------------------------------------------
-// min_stage_duration (SPEC §3.1): stages that last
+// min_stage_duration (docs/semantics.md): stages that last
 // ---------------------------------------------------------------------------
 
 fn lasting(d: f64) -> Rig {
