@@ -16,6 +16,8 @@ Gem::Specification.new do |spec|
   spec.authors = ["circuit_breaker developers"]
   spec.license = "MIT"
   spec.homepage = "https://example.invalid/circuit_breaker"
+  # The source gem builds on every Ruby from 3.1 on (docs/install.md lists
+  # what is tested); `rake native:gem` narrows this to the ABI it was built for.
   spec.required_ruby_version = ">= 3.1"
   spec.metadata = {
     "changelog_uri" => "#{spec.homepage}/blob/main/CHANGELOG.md",
