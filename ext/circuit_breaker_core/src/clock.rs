@@ -76,48 +76,94 @@ pub trait Clock {
     fn now(&self) -> Nanos;
 }
 
-/// `CLOCK_MONOTONIC`: system-wide on Linux, so processes of one host agree.
+/// The monotonic clock. On Linux `CLOCK_MONOTONIC`: system-wide, so the
+/// processes of a host agree (shared breakers rely on it). Elsewhere, and
+/// with the `portable` feature, the standard library's monotonic `Instant`
+/// (counted from this process's first reading), which every platform Rust
+/// supports has (docs/install.md).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MonotonicClock;
 
 impl Clock for MonotonicClock {
-    // time_t and c_long are i32 on 32-bit targets: the casts are needed there.
-    #[allow(clippy::unnecessary_cast)]
     fn now(&self) -> Nanos {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
-        // exists on the platforms Ruby supports, so the call cannot fail.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        (ts.tv_sec as i64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as i64).saturating_add(travelled())
+        sys::monotonic().saturating_add(travelled())
     }
 }
 
-/// `CLOCK_MONOTONIC_COARSE`: the same time as [`MonotonicClock`] at the
-/// resolution of the kernel's tick (a few ms), for a fraction of the cost
-/// of a read. Also system-wide.
+/// The monotonic clock at the resolution of the kernel's tick (a few ms),
+/// for a fraction of the cost of a read: `CLOCK_MONOTONIC_COARSE`, Linux
+/// only. Elsewhere it has no [`resolution`](CoarseClock::resolution) and
+/// reads [`MonotonicClock`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CoarseClock;
 
 impl CoarseClock {
-    /// The clock's resolution, when the system has it.
-    #[allow(clippy::unnecessary_cast)] // as in `now`
+    /// The clock's resolution; None where the system has no coarse clock.
     pub fn resolution() -> Option<Nanos> {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `ts` is a valid, writable timespec.
-        let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-        (rc == 0).then(|| (ts.tv_sec as i64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as i64))
+        sys::coarse_resolution()
     }
 }
 
 impl Clock for CoarseClock {
+    fn now(&self) -> Nanos {
+        sys::coarse().saturating_add(travelled())
+    }
+}
+
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
+mod sys {
+    use super::Nanos;
+
     // time_t and c_long are i32 on 32-bit targets: the casts are needed there.
     #[allow(clippy::unnecessary_cast)]
-    fn now(&self) -> Nanos {
+    fn to_nanos(ts: libc::timespec) -> Nanos {
+        (ts.tv_sec as i64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as i64)
+    }
+
+    fn read(clock: libc::clockid_t) -> Nanos {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: as for MonotonicClock; `resolution` tells callers first
-        // whether the clock exists.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-        (ts.tv_sec as i64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as i64).saturating_add(travelled())
+        // SAFETY: `ts` is a valid, writable timespec; both clocks read here
+        // exist on every Linux Ruby runs on (2.6.32 and later), so the call
+        // cannot fail.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        to_nanos(ts)
+    }
+
+    pub fn monotonic() -> Nanos {
+        read(libc::CLOCK_MONOTONIC)
+    }
+
+    pub fn coarse_resolution() -> Option<Nanos> {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec.
+        let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        (rc == 0).then(|| to_nanos(ts))
+    }
+
+    pub fn coarse() -> Nanos {
+        read(libc::CLOCK_MONOTONIC_COARSE)
+    }
+}
+
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+mod sys {
+    use super::Nanos;
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+
+    pub fn monotonic() -> Nanos {
+        let origin = *ORIGIN.get_or_init(Instant::now);
+        Nanos::try_from(origin.elapsed().as_nanos()).unwrap_or(Nanos::MAX)
+    }
+
+    pub fn coarse_resolution() -> Option<Nanos> {
+        None
+    }
+
+    pub fn coarse() -> Nanos {
+        monotonic()
     }
 }
 
@@ -145,9 +191,9 @@ impl ManualClock {
     /// pass the largest time it can hold: an error then, never a clock
     /// that silently stops.
     pub fn advance_secs(&self, secs: f64) -> Result<(), crate::config::ConfigError> {
-        let by = checked_nanos_from_secs(secs).filter(|_| secs >= 0.0).ok_or_else(|| {
-            crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs)
-        })?;
+        let by = checked_nanos_from_secs(secs)
+            .filter(|_| secs >= 0.0)
+            .ok_or_else(|| crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs))?;
         self.now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| t.checked_add(by)).map(|_| ()).map_err(|_| {
             crate::config::out_of_range("seconds", "small enough to keep the clock within about 292 years", secs)
         })
@@ -158,7 +204,9 @@ impl ManualClock {
     pub fn advance(&self, by: Nanos) {
         let by = by.max(0);
         // fetch_update with a closure that always returns Some cannot fail.
-        let _ = self.now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
+        let _ = self
+            .now
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
     }
 }
 
@@ -213,6 +261,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(all(target_os = "linux", not(feature = "portable")))]
     fn the_coarse_clock_keeps_up_with_the_monotonic_one() {
         let res = CoarseClock::resolution().expect("Linux has CLOCK_MONOTONIC_COARSE");
         // Without a travel (by the test below, in another thread) in between.
@@ -224,6 +273,14 @@ mod tests {
             }
         };
         assert!(coarse <= fine + res && fine <= coarse + 2 * res + 1_000_000, "{fine} {coarse} {res}");
+    }
+
+    #[test]
+    #[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+    fn without_a_coarse_clock_the_coarse_clock_reads_the_monotonic_one() {
+        assert_eq!(CoarseClock::resolution(), None);
+        let (before, coarse, after) = (MonotonicClock.now(), CoarseClock.now(), MonotonicClock.now());
+        assert!(before <= coarse && coarse <= after, "{before} {coarse} {after}");
     }
 
     #[test]
