@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
-# A tight loop over one of the gem's paths, to run under a profiler:
+# A tight loop over one of the gem's paths, to run under a profiler, on the
+# build with symbols (docs/install.md):
 #
+#   CIRCUIT_BREAKER_PROFILE=profiling rake compile
 #   perf record -g ruby -Ilib bench/profile.rb success 20000000
 #   valgrind --tool=callgrind ruby -Ilib bench/profile.rb failure 200000
 #

@@ -29,6 +29,16 @@ task gem: "pkg" do
   build_gem(spec)
 end
 
+# The newest glibc symbol version `library` asks for must be the floor
+# docs/install.md states.
+def check_glibc_floor(library)
+  floor = `objdump -T #{library}`.scan(/GLIBC_([\d.]+)/).flatten.max_by { |v| Gem::Version.new(v) }
+  documented = File.read(File.expand_path("../docs/install.md", __dir__))[/glibc floor is ([\d.]+)/, 1]
+  return if floor == documented
+
+  abort "#{library} needs glibc #{floor}; docs/install.md says #{documented.inspect}: update it"
+end
+
 namespace :native do
   desc "Build pkg/circuit_breaker-#{GEMSPEC.version}-#{Gem::Platform.local}.gem with the compiled library"
   task gem: "pkg" do
@@ -37,6 +47,7 @@ namespace :native do
     ENV.delete("CIRCUIT_BREAKER_PORTABLE")
     Rake::Task["compile"].invoke
     library = "lib/circuit_breaker/circuit_breaker.#{RbConfig::CONFIG['DLEXT']}"
+    check_glibc_floor(library)
 
     spec = GEMSPEC.dup
     spec.platform = Gem::Platform.local
