@@ -10,12 +10,15 @@ RSpec.describe CircuitBreaker, ".configure" do
   after { described_class.configure { |c| c.defaults = {}; c.logger = nil } }
 
   it "sets default options for breakers built afterwards; the caller's options and aliases win" do
-    before = described_class.new
+    # A ManualClock: retry_after is exact (a precise system clock moves
+    # between trip! and retry_after; the portable build has no coarse one).
+    clock = CircuitBreaker::ManualClock.new
+    before = described_class.new(clock: clock)
     described_class.configure { |c| c.defaults = { open_duration: 10, min_calls: 3 } }
 
-    expect([described_class.new.tap(&:trip!).retry_after, before.tap(&:trip!).retry_after]).to eq([10.0, 30.0])
-    expect(described_class.new(open_duration: 5).tap(&:trip!).retry_after).to eq(5.0)
-    expect(described_class.new(retry_time: 7).tap(&:trip!).retry_after).to eq(7.0)
+    expect([described_class.new(clock: clock).tap(&:trip!).retry_after, before.tap(&:trip!).retry_after]).to eq([10.0, 30.0])
+    expect(described_class.new(open_duration: 5, clock: clock).tap(&:trip!).retry_after).to eq(5.0)
+    expect(described_class.new(retry_time: 7, clock: clock).tap(&:trip!).retry_after).to eq(7.0)
   end
 
   it "lets a subclass's own defaults win over the configured ones" do
@@ -26,7 +29,7 @@ RSpec.describe CircuitBreaker, ".configure" do
     end
     described_class.configure { |c| c.defaults = { open_duration: 10 } }
 
-    expect(subclass.new.tap(&:trip!).retry_after).to eq(2.0)
+    expect(subclass.new(clock: CircuitBreaker::ManualClock.new).tap(&:trip!).retry_after).to eq(2.0)
   end
 
   it "gives breakers built without logger: the configured logger" do
