@@ -31,7 +31,7 @@ RSpec.describe "bin/demo", :integration do
 
   it "serves the status page while it runs (--serve)" do
     out = +""
-    Open3.popen2e({ "DEMO_SCALE" => "0.25", "NO_COLOR" => "1" }, RbConfig.ruby, File.join(root, "bin/demo"),
+    Open3.popen2e({ "DEMO_SCALE" => "0.25", "NO_COLOR" => "1" }, File.join(root, "bin/demo"),
                   "--serve", "0", "--out", File.join(Dir.tmpdir, "demo-serve-#{Process.pid}.html"),
                   chdir: root) do |stdin, output, waiter|
       stdin.close

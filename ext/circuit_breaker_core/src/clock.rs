@@ -191,9 +191,9 @@ impl ManualClock {
     /// pass the largest time it can hold: an error then, never a clock
     /// that silently stops.
     pub fn advance_secs(&self, secs: f64) -> Result<(), crate::config::ConfigError> {
-        let by = checked_nanos_from_secs(secs)
-            .filter(|_| secs >= 0.0)
-            .ok_or_else(|| crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs))?;
+        let by = checked_nanos_from_secs(secs).filter(|_| secs >= 0.0).ok_or_else(|| {
+            crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs)
+        })?;
         self.now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| t.checked_add(by)).map(|_| ()).map_err(|_| {
             crate::config::out_of_range("seconds", "small enough to keep the clock within about 292 years", secs)
         })
@@ -204,9 +204,7 @@ impl ManualClock {
     pub fn advance(&self, by: Nanos) {
         let by = by.max(0);
         // fetch_update with a closure that always returns Some cannot fail.
-        let _ = self
-            .now
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
+        let _ = self.now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
     }
 }
 
