@@ -30,6 +30,7 @@ Gem::Specification.new do |spec|
   # An explicit list: build output (target/, *.so) must never be packaged.
   spec.files = Dir[
     "lib/**/*.rb",
+    "lib/**/*.lua", # the fleet's Redis script (lib/circuit_breaker/fleet.rb reads it)
     "sig/**/*.rbs",
     "ext/circuit_breaker/extconf.rb",
     "ext/*/Cargo.toml",
