@@ -11,34 +11,26 @@ class CircuitBreaker
   module Assertions
     # @param breaker [CircuitBreaker, String, Symbol] a breaker or a registered name
     def assert_circuit_open(breaker, message = nil)
-      b = TestHelpers.resolve(breaker)
-      assert b.open?, message || "expected open, but #{TestHelpers.describe(b)}"
+      assert TestHelpers.in_state?(breaker, :open), message || -> { TestHelpers.state_message(breaker, :open) }
     end
 
     # @param breaker [CircuitBreaker, String, Symbol]
     def assert_circuit_closed(breaker, message = nil)
-      b = TestHelpers.resolve(breaker)
-      assert b.closed?, message || "expected closed, but #{TestHelpers.describe(b)}"
+      assert TestHelpers.in_state?(breaker, :closed), message || -> { TestHelpers.state_message(breaker, :closed) }
     end
 
     # @param breaker [CircuitBreaker, String, Symbol]
     def assert_circuit_half_open(breaker, message = nil)
-      b = TestHelpers.resolve(breaker)
-      assert b.half_open?, message || "expected half-open, but #{TestHelpers.describe(b)}"
+      assert TestHelpers.in_state?(breaker, :half_open),
+             message || -> { TestHelpers.state_message(breaker, :half_open) }
     end
 
     # Passes when the block makes the breaker reject a call (its `rejected`
     # count grew); a CircuitOpenError of that breaker is rescued.
     # @param breaker [CircuitBreaker, String, Symbol]
-    def assert_rejected_by(breaker, message = nil)
-      b = TestHelpers.resolve(breaker)
-      before = b.metrics[:rejected]
-      begin
-        yield
-      rescue CircuitBreaker::OpenError => e
-        raise unless e.breaker_name == b.name
-      end
-      assert b.metrics[:rejected] > before, message || "expected the block to be rejected, but #{TestHelpers.describe(b)}"
+    def assert_rejected_by(breaker, message = nil, &block)
+      assert TestHelpers.rejected_during(breaker, &block).positive?,
+             message || -> { TestHelpers.rejection_message(breaker) }
     end
 
     # @api private

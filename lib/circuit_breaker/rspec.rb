@@ -18,19 +18,14 @@ class CircuitBreaker
   module Matchers
     extend ::RSpec::Matchers::DSL
 
-    { be_circuit_open: %i[open forced_open], be_circuit_closed: %i[closed],
-      be_circuit_half_open: %i[half_open] }.each do |matcher, states|
+    %i[open closed half_open].each do |state|
       # @!method be_circuit_open / be_circuit_closed / be_circuit_half_open
       #   Passes when the breaker (or the registered breaker of that name) is
-      #   in one of these states (open: open or forced open).
-      matcher matcher do
-        match { |actual| states.include?(TestHelpers.resolve(actual).state) }
-        failure_message do |actual|
-          "expected #{matcher.to_s.tr('_', ' ').sub('be ', '')}, but #{TestHelpers.describe(TestHelpers.resolve(actual))}"
-        end
-        failure_message_when_negated do |actual|
-          "expected not #{matcher.to_s.tr('_', ' ').sub('be ', '')}, but #{TestHelpers.describe(TestHelpers.resolve(actual))}"
-        end
+      #   in that state (open: open or forced open).
+      matcher :"be_circuit_#{state}" do
+        match { |actual| TestHelpers.in_state?(actual, state) }
+        failure_message { |actual| TestHelpers.state_message(actual, state) }
+        failure_message_when_negated { |actual| TestHelpers.state_message(actual, state, negated: true) }
       end
     end
 
@@ -41,17 +36,8 @@ class CircuitBreaker
     matcher :be_rejected_by do |breaker|
       supports_block_expectations
 
-      match do |block|
-        target = TestHelpers.resolve(breaker)
-        before = target.metrics[:rejected]
-        begin
-          block.call
-        rescue CircuitBreaker::OpenError => e
-          raise unless e.breaker_name == target.name
-        end
-        (@rejected = target.metrics[:rejected] - before).positive?
-      end
-      failure_message { "expected the block to be rejected, but #{TestHelpers.describe(TestHelpers.resolve(breaker))}" }
+      match { |block| (@rejected = TestHelpers.rejected_during(breaker, &block)).positive? }
+      failure_message { TestHelpers.rejection_message(breaker) }
       failure_message_when_negated do
         "expected the block not to be rejected, but #{@rejected} call(s) were: #{TestHelpers.describe(TestHelpers.resolve(breaker))}"
       end

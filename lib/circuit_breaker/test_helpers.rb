@@ -88,6 +88,43 @@ class CircuitBreaker
       CircuitBreaker.__send__(:registered, breaker)
     end
 
+    # Whether a breaker (or a registered name) is in `state`: :open (open
+    # or forced open, as `open?`), :closed or :half_open. What
+    # `be_circuit_open` and `assert_circuit_open` (and the others) check.
+    # @api private
+    def self.in_state?(breaker, state)
+      resolve(breaker).public_send(:"#{state}?")
+    end
+
+    # The failure message of a state matcher or assertion, e.g.
+    # `expected circuit open, but circuit "orders" is closed (calls 3, …)`.
+    # @api private
+    def self.state_message(breaker, state, negated: false)
+      "expected #{'not ' if negated}circuit #{state.to_s.tr('_', '-')}, but #{describe(resolve(breaker))}"
+    end
+
+    # Runs the block; returns how many calls the breaker rejected meanwhile
+    # (its `rejected` count grew: a CircuitOpenError, or a fallback
+    # answered). A CircuitOpenError of that breaker leaving the block is
+    # rescued. What `be_rejected_by` and `assert_rejected_by` check.
+    # @api private
+    def self.rejected_during(breaker)
+      breaker = resolve(breaker)
+      before = breaker.metrics[:rejected]
+      begin
+        yield
+      rescue CircuitBreaker::OpenError => e
+        raise unless e.breaker_name == breaker.name
+      end
+      breaker.metrics[:rejected] - before
+    end
+
+    # The failure message of a rejection matcher or assertion.
+    # @api private
+    def self.rejection_message(breaker)
+      "expected the block to be rejected, but #{describe(resolve(breaker))}"
+    end
+
     # A one-line description for failure messages.
     # @api private
     def self.describe(breaker)

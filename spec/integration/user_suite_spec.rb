@@ -51,6 +51,11 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
 
     expect(CircuitBreaker::TestHelpers.describe(breaker))
       .to eq('circuit "explained" is closed (calls 0, failures 0, error rate 0%, rejected 0)')
+    # One message for the RSpec matchers and the Minitest assertions alike.
+    expect(CircuitBreaker::TestHelpers.state_message(breaker, :half_open))
+      .to eq('expected circuit half-open, but circuit "explained" is closed (calls 0, failures 0, error rate 0%, rejected 0)')
+    expect(CircuitBreaker::TestHelpers.state_message(breaker, :closed, negated: true))
+      .to start_with("expected not circuit closed, but")
     expect { CircuitBreaker::TestHelpers.resolve("nobody-registered-this") }
       .to raise_error(ArgumentError, /no breaker is registered as "nobody-registered-this"/)
   end
