@@ -43,65 +43,6 @@ RSpec.describe CircuitBreaker, "events" do
       expect { breaker.on_state_change }.to raise_error(ArgumentError, /block/)
     end
 
-    it "reports :error_rate when failures open the breaker" do
-      open_it
-      expect(moves).to eq([%i[closed open error_rate]])
-    end
-
-    it "reports :slow_call_rate when slow successes open the breaker" do
-      2.times { breaker.call { clock.advance(0.8) } }
-      expect(moves).to eq([%i[closed open slow_call_rate]])
-    end
-
-    it "reports :cool_down_elapsed when the open duration has passed, noticed by state" do
-      open_it
-      clock.advance(29.999)
-      expect(breaker.state).to eq(:open)
-      clock.advance(0.001)
-      expect(breaker.state).to eq(:half_open)
-      expect(moves.last).to eq(%i[open half_open cool_down_elapsed])
-    end
-
-    it "reports :probe_failed when a probe fails" do
-      half_open_it
-      fail_once
-      expect(moves.last).to eq(%i[half_open open probe_failed])
-    end
-
-    it "reports :probes_passed when the probes succeed" do
-      half_open_it
-      2.times { breaker.call { :probe } }
-      expect(moves.last).to eq(%i[half_open closed probes_passed])
-    end
-
-    context "with half_open_timeout" do
-      let(:options) { { half_open_timeout: 5 } }
-
-      it "reports :half_open_timeout when a stage takes too long" do
-        half_open_it
-        clock.advance(5)
-        expect(breaker.state).to eq(:open)
-        expect(moves.last).to eq(%i[half_open open half_open_timeout])
-      end
-    end
-
-    it "reports :manual for trip!, force_open!, disable! and reset!" do
-      breaker.trip!.force_open!.disable!.reset!
-      expect(moves).to eq([%i[closed open manual], %i[open forced_open manual],
-                           %i[forced_open disabled manual], %i[disabled closed manual]])
-    end
-
-    it "is called once per transition, in order, over a whole recovery" do
-      open_it
-      clock.advance(30)
-      fail_once # the first probe fails
-      clock.advance(30)
-      2.times { breaker.call { :probe } }
-      expect(moves).to eq([%i[closed open error_rate], %i[open half_open cool_down_elapsed],
-                           %i[half_open open probe_failed], %i[open half_open cool_down_elapsed],
-                           %i[half_open closed probes_passed]])
-    end
-
     it "hands a StateChange with the name and the metrics taken just after the transition" do
       open_it
       event = events.first

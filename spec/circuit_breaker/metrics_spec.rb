@@ -20,15 +20,6 @@ RSpec.describe CircuitBreaker, "#metrics" do
     expect(breaker.state).to eq(:open)
   end
 
-  it "has exactly the keys of docs/operating.md (and dropped_records, docs/shared.md), and is frozen" do
-    expect(breaker.metrics.keys).to contain_exactly(
-      :state, :total, :failures, :slow_calls, :error_rate, :slow_call_rate, :rejected, :stage, :admit_share, :retry_after,
-      :calls, :successes, :failures_total, :slow_total, :opened, :tripped_error_rate, :tripped_slow_call_rate, :counters,
-      :dropped_records
-    )
-    expect(breaker.metrics).to be_frozen
-  end
-
   it "is a new snapshot on every read" do
     first = breaker.metrics
     fail_once
@@ -49,10 +40,6 @@ RSpec.describe CircuitBreaker, "#metrics" do
   end
 
   describe "per state" do
-    it "closed: admit_share 1.0, retry_after 0.0, stage nil" do
-      expect(breaker.metrics.values_at(:state, :admit_share, :retry_after, :stage)).to eq([:closed, 1.0, 0.0, nil])
-    end
-
     it "disabled: admit_share 1.0, retry_after 0.0, stage nil" do
       breaker.disable!
       expect(breaker.metrics.values_at(:state, :admit_share, :retry_after, :stage)).to eq([:disabled, 1.0, 0.0, nil])
