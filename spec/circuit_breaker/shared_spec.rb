@@ -135,15 +135,8 @@ RSpec.describe CircuitBreaker, "shared: within one process" do
     end
   end
 
-  describe "#shared_path" do
+  describe "#shared_path", :shm_dir do
     let(:uid) { Process.uid }
-
-    around do |example|
-      saved = ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", nil)
-      example.run
-    ensure
-      saved ? ENV["CIRCUIT_BREAKER_SHM_DIR"] = saved : ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
-    end
 
     it "names a file of this user under /dev/shm, keyed by namespace, name and configuration" do
       skip "no /dev/shm here" unless File.directory?("/dev/shm")

@@ -265,20 +265,33 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
   describe "outages" do
     def connected?(breaker) = breaker.metrics[:fleet] == :connected
 
+    # With a fault just made: the breaker goes :degraded and its calls keep
+    # working (the block runs then); `restore` ends the fault, whatever
+    # happened (later examples share the server), and the breaker connects
+    # again.
+    def while_degraded(breaker, fault, restore)
+      begin
+        wait_for("degraded (#{fault})") { breaker.metrics[:fleet] == :degraded }
+        expect(breaker.call { fault }).to eq(fault)
+        yield if block_given?
+      ensure
+        restore.call
+      end
+      wait_for("connected again (#{fault})") { connected?(breaker) }
+    end
+
     it "keeps calls working and reports :degraded then :connected across kill -9 and a restart" do
       breaker = fleet_breaker(min_calls: 5)
       events = Queue.new
       breaker.on_fleet_change { |s| events << s }
       wait_for("connected") { connected?(breaker) }
       redis_server.crash
-      wait_for("degraded") { breaker.metrics[:fleet] == :degraded }
-      expect(breaker.call { :still_works }).to eq(:still_works)
-      3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
-      expect(breaker.state).to eq(:closed)
-      breaker.call { raise "down" } rescue RuntimeError # rubocop:disable Style/RescueModifier
-      expect(breaker.state).to eq(:open) # its own breaker still trips
-      redis_server.launch
-      wait_for("connected again") { connected?(breaker) }
+      while_degraded(breaker, "kill -9", -> { redis_server.launch }) do
+        3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+        expect(breaker.state).to eq(:closed)
+        breaker.call { raise "down" } rescue RuntimeError # rubocop:disable Style/RescueModifier
+        expect(breaker.state).to eq(:open) # its own breaker still trips
+      end
       expect([events.pop, events.pop, events.pop]).to eq(%i[connected degraded connected])
     end
 
@@ -299,13 +312,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       breaker = fleet_breaker
       wait_for("connected") { connected?(breaker) }
       redis_server.pause
-      begin
-        wait_for("degraded") { breaker.metrics[:fleet] == :degraded }
-        expect(breaker.call { 2 }).to eq(2)
-      ensure
-        redis_server.resume
-      end
-      wait_for("connected again") { connected?(breaker) }
+      while_degraded(breaker, "SIGSTOP", -> { redis_server.resume })
     end
 
     it "survives CLIENT PAUSE, SCRIPT FLUSH, killed subscribers and out of memory" do
@@ -317,13 +324,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       wait_for("connected after SCRIPT FLUSH") { connected?(breaker) && redis_server.command("SCRIPT", "EXISTS", Digest::SHA1.hexdigest(CircuitBreaker::Fleet::SCRIPT)) == [1] }
       redis_server.kill_subscribers
       redis_server.limit_memory
-      begin
-        wait_for("degraded when out of memory") { breaker.metrics[:fleet] == :degraded }
-        expect(breaker.call { 4 }).to eq(4)
-      ensure
-        redis_server.unlimit_memory
-      end
-      wait_for("connected again") { connected?(breaker) }
+      while_degraded(breaker, "out of memory", -> { redis_server.unlimit_memory })
     end
 
     it "degrades on garbage in its keys, then rebuilds them" do

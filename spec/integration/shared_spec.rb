@@ -259,6 +259,23 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
     File.binread(path, 4, SharedProcesses::MUTEX_OFFSET).unpack1("L") & SharedProcesses::FUTEX_TID_MASK
   end
 
+  # A child that opens the shared breaker `key` (with the group's
+  # `options`) and takes its lock for `ms` milliseconds; returns once the
+  # file at `path` shows the lock held by that child.
+  def lock_holder(key, path, ms)
+    holder = fork_worker("lock holder") do |out|
+      breaker = described_class.new(**options.call, shared: key)
+      out.(:locking)
+      breaker.send(:__hold_shared_lock, ms)
+      :released
+    end
+    expect(holder.receive).to eq(:locking)
+    wait_for("the lock held by the child (pid #{holder.pid}); has the header layout changed?") do
+      lock_owner(path) == holder.pid
+    end
+    holder
+  end
+
   def wait_for(what, within: 10)
     limit = SharedProcesses.now + within
     until (value = yield)
@@ -462,16 +479,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       path = parent.shared_path
       10.times { parent.call { :ok } }
       5.times { fail_call(parent) }
-      holder = fork_worker("lock holder") do |out|
-        breaker = described_class.new(**options.call, shared: key)
-        out.(:locking)
-        breaker.send(:__hold_shared_lock, 20_000)
-        :released
-      end
-      expect(holder.receive).to eq(:locking)
-      wait_for("the lock held by the child (pid #{holder.pid}); has the header layout changed?") do
-        lock_owner(path) == holder.pid
-      end
+      holder = lock_holder(key, path, 20_000)
       # A process already waiting for the lock when its holder dies.
       waiter = fork_worker("waiter") do |out|
         breaker = described_class.new(**options.call, shared: key)
@@ -783,14 +791,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
       expect(a.metrics).to include(total: 1, failures: 1)
     end
 
-    describe "an unusable place" do
-      around do |example|
-        saved = ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", nil)
-        example.run
-      ensure
-        saved ? ENV["CIRCUIT_BREAKER_SHM_DIR"] = saved : ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
-      end
-
+    describe "an unusable place", :shm_dir do
       def refused_in(dir)
         ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
         key = shared_name("place")
@@ -846,14 +847,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
     # A child that takes the shared lock of `key` and is then stopped
     # (SIGSTOP) while it holds it; killed by the after hook.
     def stopped_holder(key, path)
-      holder = fork_worker("stopped holder") do |out|
-        breaker = described_class.new(**options.call, shared: key)
-        out.(:locking)
-        breaker.send(:__hold_shared_lock, 60_000)
-        :released
-      end
-      expect(holder.receive).to eq(:locking)
-      wait_for("the lock held by the child (pid #{holder.pid})") { lock_owner(path) == holder.pid }
+      holder = lock_holder(key, path, 60_000)
       Process.kill(:STOP, holder.pid)
       holder
     end
@@ -953,14 +947,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration do
     end
   end
 
-  describe "a file system without room" do
-    around do |example|
-      saved = ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", nil)
-      example.run
-    ensure
-      saved ? ENV["CIRCUIT_BREAKER_SHM_DIR"] = saved : ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
-    end
-
+  describe "a file system without room", :shm_dir do
     it "is an Errno at construction, never a SIGBUS" do
       skip "needs root to mount a tiny tmpfs" unless Process.uid.zero?
       Dir.mktmpdir do |dir|
