@@ -15,9 +15,9 @@
 #   did (a fleet's round trips); the expectations that follow must hold
 #   both before and after.
 # and passes `counters:` (metrics[:counters]), `extra_metrics:` (keys only
-# this store adds) and `disagreements:` (known departures from the contract,
-# as pending examples: each names the bug, and turns red once it is fixed so
-# that its entry is removed).
+# this store adds) and `disagreements:` (known departures from the contract:
+# each names the bug; the example is skipped with that reason when the bug
+# shows).
 #
 # Time moves only through the ManualClock; nothing sleeps for timing.
 RSpec.shared_examples "a breaker store" do |counters:, extra_metrics: {}, disagreements: {}|
@@ -45,9 +45,18 @@ RSpec.shared_examples "a breaker store" do |counters:, extra_metrics: {}, disagr
     breaker
   end
 
-  define_method(:disagreement) do |key|
+  # Runs the block, an example's body. Where this store is known to depart
+  # from it (`disagreements`), a failed expectation skips the example with
+  # the reason; a pass passes, since the bugs named there are races.
+  define_method(:unless_known_disagreement) do |key, &body|
     reason = disagreements[key]
-    pending(reason) if reason
+    next body.call unless reason
+
+    begin
+      body.call
+    rescue RSpec::Expectations::ExpectationNotMetError => e
+      skip "known disagreement: #{reason} (here: #{e.message.strip.lines.first.strip})"
+    end
   end
 
   describe "opening" do
@@ -227,22 +236,23 @@ RSpec.shared_examples "a breaker store" do |counters:, extra_metrics: {}, disagr
 
   describe "manual control" do
     it "trip! opens for open_duration (no backoff, no jitter) and empties the window, then probes as after an outage" do
-      disagreement(:trip_then_clock)
-      breaker = build(backoff: 2, jitter: 0.5)
-      events = transitions_of(breaker)
-      succeed_calls(breaker, 2)
-      expect(breaker.trip!).to be(breaker)
-      settle(breaker)
-      expect(breaker.metrics).to include(state: :open, retry_after: 10.0, total: 0)
-      expect(attempt(breaker)).to eq(:rejected)
-      clock.advance(10)
-      expect(breaker.state).to eq(:half_open)
-      settle(breaker)
-      expect(breaker.allow?).to be(true)
-      breaker.record_success
-      expect(breaker.call { :probe }).to eq(:probe)
-      expect(moves(events)).to eq([%i[closed open manual], %i[open half_open cool_down_elapsed],
-                                   %i[half_open closed probes_passed]])
+      unless_known_disagreement(:trip_then_clock) do
+        breaker = build(backoff: 2, jitter: 0.5)
+        events = transitions_of(breaker)
+        succeed_calls(breaker, 2)
+        expect(breaker.trip!).to be(breaker)
+        settle(breaker)
+        expect(breaker.metrics).to include(state: :open, retry_after: 10.0, total: 0)
+        expect(attempt(breaker)).to eq(:rejected)
+        clock.advance(10)
+        expect(breaker.state).to eq(:half_open)
+        settle(breaker)
+        expect(breaker.allow?).to be(true)
+        breaker.record_success
+        expect(breaker.call { :probe }).to eq(:probe)
+        expect(moves(events)).to eq([%i[closed open manual], %i[open half_open cool_down_elapsed],
+                                     %i[half_open closed probes_passed]])
+      end
     end
 
     it "force_open! rejects every call until reset!, whatever the time, with retry_after nil" do
@@ -282,17 +292,18 @@ RSpec.shared_examples "a breaker store" do |counters:, extra_metrics: {}, disagr
     end
 
     it "reset! closes, empties the window and keeps the counters; the calls after it count" do
-      disagreement(:reset_echo)
-      breaker = build
-      events = transitions_of(breaker)
-      fail_calls(breaker, 4)
-      expect(attempt(breaker)).to eq(:rejected)
-      expect(breaker.reset!).to be(breaker)
-      succeed_calls(breaker, 2)
-      fail_calls(breaker, 1)
-      settle(breaker)
-      expect(breaker.metrics).to include(state: :closed, total: 3, failures: 1, rejected: 1, calls: 7, opened: 1)
-      expect(moves(events)).to eq([%i[closed open error_rate], %i[open closed manual]])
+      unless_known_disagreement(:reset_echo) do
+        breaker = build
+        events = transitions_of(breaker)
+        fail_calls(breaker, 4)
+        expect(attempt(breaker)).to eq(:rejected)
+        expect(breaker.reset!).to be(breaker)
+        succeed_calls(breaker, 2)
+        fail_calls(breaker, 1)
+        settle(breaker)
+        expect(breaker.metrics).to include(state: :closed, total: 3, failures: 1, rejected: 1, calls: 7, opened: 1)
+        expect(moves(events)).to eq([%i[closed open error_rate], %i[open closed manual]])
+      end
     end
 
     it "tells each manual transition with the reason :manual, and none for the state it is already in" do
