@@ -11,6 +11,10 @@ RSpec.configure do |config|
   Kernel.srand config.seed
   config.expect_with(:rspec) { |c| c.syntax = :expect }
   config.example_status_persistence_file_path = "tmp/rspec-status.txt"
+  # Examples of shared: (tagged :shared_memory) need a build that has it;
+  # a build without it (docs/install.md) runs those tagged :no_shared_memory
+  # instead (spec/circuit_breaker/portable_spec.rb).
+  config.filter_run_excluding(CircuitBreaker.shared_supported? ? :no_shared_memory : :shared_memory)
 
   # GC_STRESS=1 runs every example under GC.stress; GC_COMPACT=1 compacts
   # the heap around every example (objects must survive being moved).

@@ -11,6 +11,20 @@
 
 class CircuitBreaker
   ##
+  # :singleton-method: shared_supported?
+  # :call-seq:
+  #   CircuitBreaker.shared_supported? -> true or false
+  #
+  # Whether this build shares breakers between processes (<tt>shared:</tt>,
+  # docs/shared.md): true on Linux. Elsewhere (macOS, the BSDs), and in a
+  # build made with <tt>CIRCUIT_BREAKER_PORTABLE=1</tt>,
+  # <tt>CircuitBreaker.new(shared: ...)</tt> raises NotImplementedError
+  # naming the platform (docs/install.md).
+  #
+  #   shared = CircuitBreaker.shared_supported? ? "payments" : nil
+  #   CircuitBreaker.new(name: "payments", shared: shared)
+
+  ##
   # :method: shared_path
   # :call-seq:
   #   shared_path -> String or nil

@@ -109,7 +109,7 @@ RSpec.describe CircuitBreaker, "counters" do
     expect(breaker.metrics[:total]).to eq(0) # it decided nothing
   end
 
-  describe "with shared:" do
+  describe "with shared:", :shared_memory do
     # Its file goes once no process maps it (docs/shared.md).
     let(:key) { "spec-counters-#{Process.pid}-#{rand(1 << 32)}" }
 

@@ -73,7 +73,7 @@ RSpec.describe CircuitBreaker::Prometheus do
     expect(s.keys.grep(/tripped|stage/).grep(/closed|forced/)).to be_empty
   end
 
-  it "marks the counters of a shared: breaker as host-wide" do
+  it "marks the counters of a shared: breaker as host-wide", :shared_memory do
     key = "spec-prom-#{Process.pid}-#{rand(1 << 32)}"
     b = CircuitBreaker.new(shared: key)
     expect(described_class.render({ "s" => b })).to include('circuit_breaker_info{breaker="s",counters="host"} 1')

@@ -6,7 +6,7 @@ require "tmpdir"
 # `shared:` within one process: two breaker objects opened under one name
 # are views of one breaker in a mapped file. The cross-process behaviour
 # (fork, kill -9, foreign files) is in spec/integration/shared_spec.rb.
-RSpec.describe CircuitBreaker, "shared: within one process" do
+RSpec.describe CircuitBreaker, "shared: within one process", :shared_memory do
   # A shared name of this process only (files no process maps any more are
   # removed by the next breaker opened in their directory).
   def shared_name(label = "unit")

@@ -11,7 +11,7 @@ RSpec.describe CircuitBreaker, "stores" do
     it_behaves_like "a breaker store", counters: :process
   end
 
-  describe "shared: (a file every process of the host maps)" do
+  describe "shared: (a file every process of the host maps)", :shared_memory do
     # A name and namespace of this breaker only; its file is removed once no
     # process maps it (docs/shared.md). ManualClock works within one process.
     def store_options

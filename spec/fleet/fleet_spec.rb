@@ -185,7 +185,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     wait_for("pushed reset", deadline: 5) { follower.state == :closed }
   end
 
-  it "with shared:, has one process per host send, and another take over when it dies" do
+  it "with shared:, has one process per host send, and another take over when it dies", :shared_memory do
     options = { shared: name, half_open_timeout: 30 } # the same configuration in every process
     out_r, out_w = IO.pipe
     out_w.sync = true

@@ -7,7 +7,7 @@ require "circuit_breaker/dashboard"
 # An action taken on the status page of one worker reaches every worker of
 # the host when the breaker is `shared:` (they map one record): real forked
 # workers, each with its own breaker object.
-RSpec.describe CircuitBreaker::Dashboard, "with shared: breakers in forked workers", :integration do
+RSpec.describe CircuitBreaker::Dashboard, "with shared: breakers in forked workers", :integration, :shared_memory do
   let(:key) { "spec-dashboard-#{Process.pid}-#{rand(1 << 32)}" }
   let(:options) { { min_calls: 5, open_duration: 600, shared: key } }
 

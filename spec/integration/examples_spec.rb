@@ -38,7 +38,7 @@ RSpec.describe "examples/", :integration do
     expect(out).to match(/served from cache [1-9]\d* \(never sent\); breaker open/)
   end
 
-  it "puma_style.rb: the workers trip one shared breaker" do
+  it "puma_style.rb: the workers trip one shared breaker", :shared_memory do
     out, status = run.call("puma_style.rb", "CIRCUIT_BREAKER_SHM_DIR" => ENV.fetch("CIRCUIT_BREAKER_SHM_DIR", Dir.tmpdir))
 
     expect(status).to be_success, out

@@ -173,7 +173,7 @@ module SharedProcesses
   end
 end
 
-RSpec.describe CircuitBreaker, "shared: between processes", :integration do
+RSpec.describe CircuitBreaker, "shared: between processes", :integration, :shared_memory do
   include SharedProcesses
 
   before do

@@ -971,6 +971,7 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__hold_shared_lock", method!(Breaker::hold_shared_lock, 1))?;
     class.define_private_method("__lock_wait=", method!(Breaker::set_lock_wait, 1))?;
     class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
+    class.define_singleton_method("shared_supported?", function!(|| circuit_breaker_core::shm::SUPPORTED, 0))?;
     class.define_private_method("__fleet_hash", method!(Breaker::fleet_hash, 0))?;
     class.define_private_method("__fleet_attach", method!(Breaker::fleet_attach, 0))?;
     class.define_private_method("__fleet_quota", method!(Breaker::fleet_quota, 0))?;

@@ -148,6 +148,8 @@ impl Shared {
             ShmError::Mismatch(m) if m.starts_with("shared:") => arg_error(ruby, m),
             ShmError::Mismatch(m) => arg_error(ruby, format!("shared: {m}")),
             ShmError::Io { context, source } => crate::errors::system_error(ruby, &context, source),
+            // Ruby's error for what the platform lacks (docs/install.md).
+            ShmError::Unsupported(m) => Error::new(ruby.exception_not_imp_error(), m),
         };
         let path = key.path().map_err(shm_error)?;
         let record = MappedRecord::open(&key, &path, seed()).map_err(shm_error)?;

@@ -23,25 +23,40 @@
 //! paused in a debugger) is waited for only up to a bound the caller
 //! chooses ([`MappedRecord::lock_within`]); any other lock error is
 //! returned, never ignored.
+//!
+//! The file half needs robust process-shared mutexes, open-file-description
+//! locks and `posix_fallocate`: it is built on Linux only. Elsewhere, and
+//! with the `portable` feature, [`SUPPORTED`] is false, the keys and hashes
+//! are built as everywhere, and [`MappedRecord::open`] refuses with
+//! [`ShmError::Unsupported`] (a record that cannot exist is never used;
+//! docs/install.md says why this is an error, not a quiet fallback).
 
-use std::ffi::CString;
 use std::io;
-use std::mem::{align_of, size_of, MaybeUninit};
+use std::mem::{align_of, size_of};
 use std::path::{Path, PathBuf};
-use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 
 use crate::clock::Nanos;
-use crate::record::{Layout, Record, WindowSpec};
+use crate::record::{Record, WindowSpec};
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
+use {crate::record::Layout, std::ffi::CString, std::mem::MaybeUninit, std::ptr, std::sync::atomic::Ordering};
 
+/// Whether this build maps shared records (Linux, without the `portable`
+/// feature; see the module doc).
+pub const SUPPORTED: bool = cfg!(all(target_os = "linux", not(feature = "portable")));
+
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 const MAGIC: [u8; 8] = *b"CBREAKR\0";
 /// Bumped whenever the meaning of the file's bytes changes in a way the
 /// structural [`layout_hash`] cannot see. Files of version 4 and later take
 /// the `IN_USE` lock, which lets [`remove_unused`] tell when they are free.
 pub const LAYOUT_VERSION: u32 = 4;
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 const READY: u32 = 0x5245_4144;
 /// Byte ranges locked by open-file-description locks (see the module doc).
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 const INIT: i64 = 0;
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 const IN_USE: i64 = 1;
 /// The longest file name most file systems take (NAME_MAX).
 pub const NAME_MAX: usize = 255;
@@ -83,12 +98,18 @@ pub enum ShmError {
     /// The operating system refused (permissions, space, …).
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },
+    /// This build has no shared records (see the module doc); the message
+    /// names `shared:` and the platform.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn os_error(context: impl Into<String>) -> ShmError {
     ShmError::Io { context: context.into(), source: io::Error::last_os_error() }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn header_size() -> usize {
     size_of::<Header>().div_ceil(64) * 64
 }
@@ -311,11 +332,13 @@ impl Key<'_> {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// How long opening a file waits for another process's `INIT` or cleanup
 /// step: they take microseconds, so this long means that process is
 /// stopped; opening then fails (`ETIMEDOUT`) instead of hanging boot.
 const OPEN_WAIT: Nanos = 10_000_000_000;
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// Locks (`F_OFD_SETLK`) or unlocks one byte of the file, without waiting.
 fn range_lock(fd: i32, byte: i64, kind: i32) -> io::Result<bool> {
     // SAFETY: a zeroed flock is a valid value; fcntl only reads it.
@@ -338,6 +361,7 @@ fn range_lock(fd: i32, byte: i64, kind: i32) -> io::Result<bool> {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// Locks one byte of the file, retrying for up to `wait` nanoseconds:
 /// `ETIMEDOUT` when another process keeps it that long.
 fn range_lock_within(fd: i32, byte: i64, kind: i32, wait: Nanos) -> io::Result<()> {
@@ -351,6 +375,7 @@ fn range_lock_within(fd: i32, byte: i64, kind: i32, wait: Nanos) -> io::Result<(
     Ok(())
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn fstat(fd: i32) -> io::Result<libc::stat> {
     let mut st = MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: `fd` is open; fstat fills `st` when it returns 0.
@@ -361,6 +386,7 @@ fn fstat(fd: i32) -> io::Result<libc::stat> {
     Ok(unsafe { st.assume_init() })
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// Whether `fd` is still the file at `path` (not removed or replaced).
 fn still_at(fd: i32, path: &CString) -> bool {
     let mut st = MaybeUninit::<libc::stat>::zeroed();
@@ -373,14 +399,17 @@ fn still_at(fd: i32, path: &CString) -> bool {
     fstat(fd).is_ok_and(|own| own.st_ino == at_path.st_ino && own.st_dev == at_path.st_dev && own.st_nlink > 0)
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn c_path(path: &Path) -> Result<CString, ShmError> {
     CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| ShmError::Mismatch(format!("{}: a path may not contain NUL", path.display())))
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// An open descriptor, closed when dropped (which also drops its locks).
 struct Fd(i32);
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 impl Drop for Fd {
     fn drop(&mut self) {
         // SAFETY: closes the descriptor this value owns, once.
@@ -388,6 +417,7 @@ impl Drop for Fd {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// A shared record, mapped into this process.
 pub struct MappedRecord {
     base: *mut u8,
@@ -396,13 +426,16 @@ pub struct MappedRecord {
     _fd: Fd,
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 // SAFETY: the mapping is process-wide memory; every access to the record
 // goes through the process-shared mutex in its header, and the header's
 // other shared fields are atomics.
 unsafe impl Send for MappedRecord {}
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 // SAFETY: as for Send.
 unsafe impl Sync for MappedRecord {}
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 impl MappedRecord {
     /// Opens (creating when missing, mode 0600) the shared record of `key`
     /// at `path` (see [`Key::path`]); removes files of this user that no
@@ -680,6 +713,7 @@ impl MappedRecord {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 impl Drop for MappedRecord {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `open`; the descriptor
@@ -688,12 +722,14 @@ impl Drop for MappedRecord {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// The shared lock, held: unlocks when dropped, on every path out
 /// (returns, `?`, panics).
 pub struct Guard<'a> {
     mapped: &'a MappedRecord,
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 impl Guard<'_> {
     /// The record the lock protects.
     #[inline]
@@ -704,6 +740,7 @@ impl Guard<'_> {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 impl Drop for Guard<'_> {
     #[inline]
     fn drop(&mut self) {
@@ -712,6 +749,7 @@ impl Drop for Guard<'_> {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn clock_ns(clock: libc::clockid_t) -> Nanos {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes `ts`; both clocks always exist.
@@ -719,14 +757,17 @@ fn clock_ns(clock: libc::clockid_t) -> Nanos {
     (ts.tv_sec as Nanos).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as Nanos)
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn monotonic() -> Nanos {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn realtime() -> Nanos {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// Removes the files of this user in `dir` (other than `keep`) that no
 /// live process maps: those of version 4 and later whose `IN_USE` and
 /// `INIT` locks are both free, and empty or zero-headed ones nobody is
@@ -749,6 +790,7 @@ pub fn remove_unused(dir: &Path, keep: &Path) {
     }
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
     let cpath = c_path(path)?;
     // O_NONBLOCK: never wait on a FIFO planted under the prefix.
@@ -779,6 +821,7 @@ fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
     Ok(unsafe { libc::unlink(cpath.as_ptr()) } == 0)
 }
 
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
 /// Whether the file holds a header of version 4 or later (which take the
 /// `IN_USE` lock).
 fn version_at_least_4(fd: i32) -> bool {
@@ -788,7 +831,88 @@ fn version_at_least_4(fd: i32) -> bool {
     n == 12 && head[..8] == MAGIC && u32::from_ne_bytes([head[8], head[9], head[10], head[11]]) >= 4
 }
 
-#[cfg(test)]
+/// Without shared records no mapped record can exist (see the module doc):
+/// [`MappedRecord::open`] refuses, and the other methods, which need a
+/// value, are never reached.
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+pub enum MappedRecord {}
+
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+impl MappedRecord {
+    /// Refuses: this build has no shared records.
+    pub fn open(_key: &Key, _path: &Path, _seed: u64) -> Result<Self, ShmError> {
+        let platform = if cfg!(feature = "portable") {
+            "by this build (CIRCUIT_BREAKER_PORTABLE=1: the code paths of systems other than Linux)".to_owned()
+        } else {
+            format!("on {}", std::env::consts::OS)
+        };
+        Err(ShmError::Unsupported(format!(
+            "shared: is not supported {platform}: it needs robust process-shared mutexes (a process that dies \
+             holding the lock must not wedge the others), which only Linux has; breakers of one process work \
+             (docs/install.md)"
+        )))
+    }
+
+    pub fn try_lock(&self) -> io::Result<Option<Guard<'_>>> {
+        match *self {}
+    }
+
+    pub fn lock_within(&self, _wait: Nanos, _stop: &AtomicBool) -> io::Result<Option<Guard<'_>>> {
+        match *self {}
+    }
+
+    pub fn published(&self) -> &AtomicU64 {
+        match *self {}
+    }
+
+    pub fn half_open_at(&self) -> &AtomicI64 {
+        match *self {}
+    }
+
+    pub fn dropped(&self) -> &AtomicU64 {
+        match *self {}
+    }
+
+    pub fn hold_lock_for_test(&self, _ms: u64) -> io::Result<()> {
+        match *self {}
+    }
+}
+
+/// Never held without shared records (see [`MappedRecord`]).
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+pub struct Guard<'a> {
+    mapped: &'a MappedRecord,
+}
+
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+impl Guard<'_> {
+    pub fn record(&mut self) -> &mut Record {
+        match *self.mapped {}
+    }
+}
+
+#[cfg(all(test, not(all(target_os = "linux", not(feature = "portable")))))]
+mod unsupported_tests {
+    use super::*;
+
+    #[test]
+    fn opening_a_shared_record_is_refused_naming_the_option_and_the_platform() {
+        let spec = WindowSpec::Count { size: 10, slow_threshold_ms: 800.0 };
+        let key = Key { namespace: b"app", name: b"payments", config_hash: 1, spec: &spec };
+        let path = key.path().expect("a short name has a path");
+        match MappedRecord::open(&key, &path, 0) {
+            Err(ShmError::Unsupported(m)) => {
+                assert!(m.starts_with("shared: is not supported "), "{m}");
+                assert!(m.contains("docs/install.md"), "{m}");
+            }
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("opened without shared records"),
+        }
+        assert!(!path.exists(), "nothing is created");
+    }
+}
+
+#[cfg(all(test, target_os = "linux", not(feature = "portable")))]
 mod tests {
     use super::*;
     use crate::config::{Config, Options};
