@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use circuit_breaker_core::clock::{millis_from_nanos, secs_from_nanos};
+use circuit_breaker_core::clock::secs_from_nanos;
 use circuit_breaker_core::config::{probe_quota, probe_ratio};
 use circuit_breaker_core::fleet;
 use circuit_breaker_core::{
@@ -643,30 +643,30 @@ impl Breaker {
         let result: Result<Value, Error> = ruby.yield_values(());
 
         let end = this.clock.now();
-        let duration_ms = millis_from_nanos(end.saturating_sub(start).max(0));
+        let duration_ns = end.saturating_sub(start).max(0) as f64;
         let (outcome, raise_instead) = match &result {
             Ok(value) => match this.failure_if {
-                None => (Outcome::Success { duration_ms }, None),
+                None => (Outcome::Success { duration_ns }, None),
                 Some(f) => match ruby.get_inner(f).funcall::<_, _, Value>(*ID_CALL, (*value,)) {
-                    Ok(v) if v.to_bool() => (Outcome::Failure { duration_ms }, None),
-                    Ok(_) => (Outcome::Success { duration_ms }, None),
-                    Err(e) => (Outcome::Failure { duration_ms }, Some(e)),
+                    Ok(v) if v.to_bool() => (Outcome::Failure { duration_ns }, None),
+                    Ok(_) => (Outcome::Success { duration_ns }, None),
+                    Err(e) => (Outcome::Failure { duration_ns }, Some(e)),
                 },
             },
             Err(e) => match e.error_type() {
                 // Thread#kill: no outcome; a probe slot goes back.
                 ErrorType::Jump(Tag::Fatal) => (Outcome::Released, None),
                 // break, next, throw, return: the block finished early.
-                ErrorType::Jump(_) => (Outcome::Success { duration_ms }, None),
+                ErrorType::Jump(_) => (Outcome::Success { duration_ns }, None),
                 ErrorType::Exception(ex) => match this.classify(ruby, *ex) {
                     Ok(true) => {
                         this.last_error.store(cruby::raw(ex.class()) as usize, Ordering::Relaxed);
-                        (Outcome::Failure { duration_ms }, None)
+                        (Outcome::Failure { duration_ns }, None)
                     }
                     Ok(false) => (Outcome::Released, None),
-                    Err(e) => (Outcome::Failure { duration_ms }, Some(e)),
+                    Err(e) => (Outcome::Failure { duration_ns }, Some(e)),
                 },
-                ErrorType::Error(..) => (Outcome::Failure { duration_ms }, None),
+                ErrorType::Error(..) => (Outcome::Failure { duration_ns }, None),
             },
         };
         let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, outcome, end))?;
@@ -727,9 +727,9 @@ impl Breaker {
         duration: Value,
     ) -> Result<(), Error> {
         // Converted first: a bad duration leaves the permit in place.
-        let duration_ms = args::duration_ms(ruby, duration)?;
+        let duration_ns = args::duration_ms(ruby, duration)? * 1e6;
         let outcome =
-            if success.to_bool() { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
+            if success.to_bool() { Outcome::Success { duration_ns } } else { Outcome::Failure { duration_ns } };
         let this = rb_self.get(ruby)?;
         let permit = queue.map(take_oldest).transpose()?.flatten();
         let now = this.clock.now();

@@ -510,10 +510,10 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
     let kw = scan_args::<(), (), (), (), RHash, ()>(args)?.keywords;
     let kw = get_kwargs::<_, (Value, Value), (), ()>(kw, &["duration_ms", "success"], &[])?;
     let (duration, success) = kw.required;
-    let duration_ms = args::duration_ms(ruby, duration)?;
+    let duration_ns = args::duration_ms(ruby, duration)? * 1e6;
     let shared = rb_self.shared(ruby)?;
     let now = shared.recording_now();
-    match shared.with(|r| r.window.record(duration_ms, success.to_bool(), now)) {
+    match shared.with(|r| r.window.record(duration_ns, success.to_bool(), now)) {
         // As a breaker's record: dropped and counted, never raised.
         Err(Blocked::Busy | Blocked::Interrupted) => shared.count_dropped(),
         Err(b @ Blocked::Failed(_)) => return Err(b.into_error(ruby, shared)),

@@ -37,11 +37,6 @@ pub fn secs_from_nanos(nanos: Nanos) -> f64 {
     nanos as f64 / NANOS_PER_SEC
 }
 
-/// Converts a duration in [`Nanos`] to milliseconds, the unit of windows.
-pub fn millis_from_nanos(nanos: Nanos) -> f64 {
-    nanos as f64 / 1e6
-}
-
 /// How far [`travel`] has moved this process's [`MonotonicClock`] and
 /// [`CoarseClock`] forward. It only grows, so both still never go backwards.
 static TRAVELLED: AtomicI64 = AtomicI64::new(0);
@@ -237,7 +232,6 @@ mod tests {
     fn seconds_round_trip_to_the_nanosecond() {
         assert_eq!(nanos_from_secs(0.1) * 3, 300_000_000);
         assert_eq!(secs_from_nanos(nanos_from_secs(12.5)), 12.5);
-        assert_eq!(millis_from_nanos(800_000_000), 800.0);
     }
 
     #[test]

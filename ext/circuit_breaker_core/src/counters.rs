@@ -33,14 +33,14 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// Counts one settled call; `slow_threshold_ms` decides slowness as the
-    /// window does.
+    /// Counts one settled call; `is_slow` decides slowness (the window's
+    /// rule, [`Window::is_slow`](crate::window::Window::is_slow)).
     #[inline]
-    pub fn settled(&mut self, outcome: Outcome, slow_threshold_ms: f64) {
+    pub fn settled(&mut self, outcome: Outcome, is_slow: impl FnOnce(f64) -> bool) {
         self.calls = self.calls.saturating_add(1);
-        let (success, duration_ms) = match outcome {
-            Outcome::Success { duration_ms } => (true, duration_ms),
-            Outcome::Failure { duration_ms } => (false, duration_ms),
+        let (success, duration_ns) = match outcome {
+            Outcome::Success { duration_ns } => (true, duration_ns),
+            Outcome::Failure { duration_ns } => (false, duration_ns),
             Outcome::Released => return,
         };
         if success {
@@ -48,7 +48,7 @@ impl Counters {
         } else {
             self.failures = self.failures.saturating_add(1);
         }
-        if duration_ms >= slow_threshold_ms {
+        if is_slow(duration_ns) {
             self.slow = self.slow.saturating_add(1);
         }
     }
@@ -72,17 +72,17 @@ mod tests {
     #[test]
     fn a_settled_call_counts_by_outcome_and_duration() {
         let mut c = Counters::default();
-        c.settled(Outcome::Success { duration_ms: 1.0 }, 10.0);
-        c.settled(Outcome::Success { duration_ms: 10.0 }, 10.0);
-        c.settled(Outcome::Failure { duration_ms: 20.0 }, 10.0);
-        c.settled(Outcome::Released, 10.0);
+        c.settled(Outcome::Success { duration_ns: 1.0e6 }, |d| d >= 10e6);
+        c.settled(Outcome::Success { duration_ns: 10.0e6 }, |d| d >= 10e6);
+        c.settled(Outcome::Failure { duration_ns: 20.0e6 }, |d| d >= 10e6);
+        c.settled(Outcome::Released, |_| unreachable!());
         assert_eq!(c, Counters { calls: 4, successes: 2, failures: 1, slow: 2, rejected: 0, opened: 0 });
     }
 
     #[test]
     fn counters_saturate_instead_of_overflowing() {
         let mut c = Counters { calls: u64::MAX, rejected: u64::MAX, opened: u64::MAX, ..Counters::default() };
-        c.settled(Outcome::Failure { duration_ms: 0.0 }, 1.0);
+        c.settled(Outcome::Failure { duration_ns: 0.0 }, |d| d >= 1e6);
         c.rejected();
         c.opened();
         assert_eq!((c.calls, c.failures, c.rejected, c.opened), (u64::MAX, 1, u64::MAX, u64::MAX));

@@ -213,7 +213,7 @@ fn a_host_reports_absolute_counts_so_a_resend_counts_nothing_twice() {
     let mut h = Host::new(config(|_| {}));
     for ok in [true, false, true] {
         let p = h.admit(0).unwrap();
-        let o = if ok { Outcome::Success { duration_ms: 1.0 } } else { Outcome::Failure { duration_ms: 1.0 } };
+        let o = if ok { Outcome::Success { duration_ns: 1.0e6 } } else { Outcome::Failure { duration_ns: 1.0e6 } };
         h.b.complete(&mut h.w, &h.cfg, p, o, 0);
     }
     let first = h.report(0);
@@ -238,7 +238,7 @@ fn a_host_in_a_fleet_stage_probes_only_within_its_grant_and_never_advances_alone
     assert!(h.admit(0).is_none(), "its grant is used");
     // Its probe passes: the host would close alone (one probe of one), but
     // only the fleet judges a stage it runs.
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ms: 1.0 }, 0);
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
     assert_eq!(h.state(0), State::HalfOpen);
     let r = h.report(0);
     assert_eq!((r[5], r[6]), (1, 0), "its outcome goes to the fleet");
@@ -252,7 +252,7 @@ fn a_failed_probe_reopens_the_host_at_once() {
     h.receive(&v, 0);
     h.receive(&v, 0);
     let p = h.admit(0).unwrap();
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ms: 1.0 }, 0);
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0);
     assert_eq!(h.state(0), State::Open);
     assert_eq!(h.report(0)[6], 1);
 }

@@ -196,7 +196,7 @@ mod tests {
         let mut h = HeapRecord::new(&WindowSpec::Count { size: 3, slow_threshold_ms: 800.0 }, 1).unwrap();
         let r = h.get();
         for ok in [false, true, true, true] {
-            r.window.record(900.0, ok, 0);
+            r.window.record(900.0e6, ok, 0);
         }
         let c = r.window.counts(0);
         assert_eq!((c.total, c.failures, c.slow_calls), (3, 0, 3));
@@ -207,8 +207,8 @@ mod tests {
         let spec = WindowSpec::Time { seconds: 10.0, buckets: 10, slow_threshold_ms: 800.0 };
         let mut h = HeapRecord::new(&spec, 1).unwrap();
         let r = h.get();
-        r.window.record(1.0, false, 0);
-        r.window.record(1.0, true, 5 * SEC);
+        r.window.record(1.0e6, false, 0);
+        r.window.record(1.0e6, true, 5 * SEC);
         assert_eq!(r.window.counts(9 * SEC).total, 2);
         assert_eq!(r.window.counts(10 * SEC).total, 1);
     }
@@ -218,12 +218,12 @@ mod tests {
         // What another process sees: the same bytes at another address.
         let spec = WindowSpec::Count { size: 4, slow_threshold_ms: 800.0 };
         let mut h = HeapRecord::new(&spec, 1).unwrap();
-        h.get().window.record(1.0, false, 0);
+        h.get().window.record(1.0e6, false, 0);
         let mut copy = h.block.clone();
         drop(h);
         // SAFETY: the copy holds a whole record, 8-aligned, and stays put.
         let r = unsafe { &mut *(copy.as_mut_ptr() as *mut Record) };
-        r.window.record(1.0, false, 0);
+        r.window.record(1.0e6, false, 0);
         assert_eq!(r.window.counts(0).failures, 2);
     }
 

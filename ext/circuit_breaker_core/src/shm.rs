@@ -967,7 +967,7 @@ mod tests {
             with(m, |r| {
                 let (d, _) = r.breaker.acquire(&mut r.window, &cfg, 0);
                 let Decision::Allowed(p) = d else { panic!("closed") };
-                r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ms: 1.0 }, 0)
+                r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0)
             });
         }
         assert_eq!(with(&b, |r| r.breaker.state()), State::Open);
@@ -1199,7 +1199,7 @@ mod tests {
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        with(&m, |r| r.window.record(1.0, false, 0));
+        with(&m, |r| r.window.record(1.0e6, false, 0));
         assert_eq!(with(&m, |r| r.window.counts(0).total), 1);
     }
 }

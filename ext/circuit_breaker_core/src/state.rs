@@ -20,7 +20,7 @@
 //! - a stage advances only when a round passes at or after
 //!   `entered_at + min_stage_duration`; an earlier pass starts a new round.
 
-use crate::clock::{millis_from_nanos, Nanos};
+use crate::clock::Nanos;
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::fleet::HostSide;
@@ -162,10 +162,10 @@ impl Decision {
 /// How a permitted call ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Outcome {
-    /// Finished successfully after `duration_ms`.
-    Success { duration_ms: f64 },
-    /// Finished as a failure after `duration_ms`.
-    Failure { duration_ms: f64 },
+    /// Finished successfully after `duration_ns` nanoseconds.
+    Success { duration_ns: f64 },
+    /// Finished as a failure after `duration_ns` nanoseconds.
+    Failure { duration_ns: f64 },
     /// Ended without an outcome (ignored error, killed thread…): nothing is
     /// recorded and a probe slot is given back.
     Released,
@@ -378,7 +378,7 @@ impl Breaker {
     ) -> Transitions {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
-        self.counters.settled(outcome, w.slow_threshold_ms());
+        self.counters.settled(outcome, |d| w.is_slow(d));
         if !same_generation(permit.generation, self.generation) {
             return out;
         }
@@ -387,10 +387,10 @@ impl Breaker {
         }
         match (self.state, outcome) {
             (State::HalfOpen, Outcome::Released) if permit.probe => self.stage.release(),
-            (State::HalfOpen, Outcome::Success { duration_ms } | Outcome::Failure { duration_ms }) if permit.probe => {
+            (State::HalfOpen, Outcome::Success { duration_ns } | Outcome::Failure { duration_ns }) if permit.probe => {
                 let success = matches!(outcome, Outcome::Success { .. });
-                w.record(duration_ms, success, now);
-                let passed = success && duration_ms < w.slow_threshold_ms();
+                w.record(duration_ns, success, now);
+                let passed = success && !w.is_slow(duration_ns);
                 let verdict = self.stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
                 self.fleet.probe_finished(passed);
                 self.judge(self.fleet.restrain(verdict), Reason::ProbeFailed, w, cfg, now, &mut out);
@@ -413,7 +413,7 @@ impl Breaker {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         if matches!(self.state, State::Closed | State::Disabled) {
-            self.counters.settled(outcome, w.slow_threshold_ms());
+            self.counters.settled(outcome, |d| w.is_slow(d));
             self.record_closed(w, cfg, outcome, now, &mut out);
         }
         out
@@ -519,7 +519,7 @@ impl Breaker {
             }
             for _ in 0..due {
                 // Recorded as what it was: a call that failed after at least `timeout`.
-                w.record(millis_from_nanos(timeout), false, now);
+                w.record(timeout as f64, false, now);
                 let verdict = self.stage.finish(false, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
                 self.fleet.probe_finished(false);
                 let verdict = self.fleet.restrain(verdict);
@@ -539,12 +539,12 @@ impl Breaker {
         now: Nanos,
         out: &mut Transitions,
     ) {
-        let (success, duration_ms) = match outcome {
-            Outcome::Success { duration_ms } => (true, duration_ms),
-            Outcome::Failure { duration_ms } => (false, duration_ms),
+        let (success, duration_ns) = match outcome {
+            Outcome::Success { duration_ns } => (true, duration_ns),
+            Outcome::Failure { duration_ns } => (false, duration_ns),
             Outcome::Released => return,
         };
-        w.record(duration_ms, success, now);
+        w.record(duration_ns, success, now);
         if self.state != State::Closed {
             return;
         }

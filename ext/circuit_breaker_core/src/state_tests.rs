@@ -15,10 +15,10 @@ use std::sync::Mutex;
 const MS: Nanos = 1_000_000;
 const SEC: Nanos = 1_000_000_000;
 
-const OK: Outcome = Outcome::Success { duration_ms: 1.0 };
-const FAIL: Outcome = Outcome::Failure { duration_ms: 1.0 };
+const OK: Outcome = Outcome::Success { duration_ns: 1.0e6 };
+const FAIL: Outcome = Outcome::Failure { duration_ns: 1.0e6 };
 /// A success exactly at the windows' slow threshold (800 ms): a slow call.
-const SLOW_OK: Outcome = Outcome::Success { duration_ms: 800.0 };
+const SLOW_OK: Outcome = Outcome::Success { duration_ns: 800.0e6 };
 
 fn config(f: impl FnOnce(&mut Options)) -> Config {
     let mut o = Options::default();
@@ -308,14 +308,14 @@ fn the_slow_call_rate_opens_with_its_own_reason() {
     assert!(r.call(OK, 0).is_empty());
     assert!(r.call(SLOW_OK, 1).is_empty());
     // 799.9 ms is just below the slow threshold.
-    assert!(r.call(Outcome::Success { duration_ms: 799.9 }, 2).is_empty());
+    assert!(r.call(Outcome::Success { duration_ns: 799.9e6 }, 2).is_empty());
     assert_eq!(changes(&r.call(SLOW_OK, 3)), [(Closed, Open, SlowCallRate)]);
 }
 
 #[test]
 fn the_error_rate_is_checked_first_when_both_rates_are_reached() {
     let mut r = Rig::new(10, |o| o.min_calls = 2);
-    let slow_failure = Outcome::Failure { duration_ms: 900.0 };
+    let slow_failure = Outcome::Failure { duration_ns: 900.0e6 };
     assert!(r.call(slow_failure, 0).is_empty());
     assert_eq!(changes(&r.call(slow_failure, 1)), [(Closed, Open, ErrorRate)]);
 }
@@ -324,7 +324,7 @@ fn the_error_rate_is_checked_first_when_both_rates_are_reached() {
 fn fewer_than_min_calls_never_open() {
     let mut r = Rig::new(100, |o| o.min_calls = 5);
     // Slow failures: both rates at 100 %, yet no verdict below min_calls.
-    let slow_failure = Outcome::Failure { duration_ms: 900.0 };
+    let slow_failure = Outcome::Failure { duration_ns: 900.0e6 };
     for i in 0..4 {
         assert!(r.call(slow_failure, i).is_empty());
     }
@@ -531,7 +531,7 @@ fn a_slow_probe_counts_as_a_failed_probe() {
     let now = now + r.metrics(now).retry_after.unwrap();
     let p1 = r.permit(now);
     let p2 = r.permit(now);
-    assert!(r.complete(p1, Outcome::Success { duration_ms: 799.9 }, now).is_empty());
+    assert!(r.complete(p1, Outcome::Success { duration_ns: 799.9e6 }, now).is_empty());
     assert_eq!(changes(&r.complete(p2, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
 }
 
@@ -1061,7 +1061,7 @@ fn counters_count_every_path_since_creation() {
     assert_eq!(c(&mut r, 0), Counters { calls: 3, successes: 2, failures: 0, slow: 1, rejected: 0, opened: 0 });
     // A slow failure is both; two failures in 4 open it.
     let late = r.permit(0);
-    r.call(Outcome::Failure { duration_ms: 900.0 }, 0);
+    r.call(Outcome::Failure { duration_ns: 900.0e6 }, 0);
     r.call(FAIL, 0);
     assert_eq!(r.state(0), Open);
     // A call admitted before the opening counts when it ends, deciding nothing.
@@ -1128,8 +1128,8 @@ fn rate() -> impl Strategy<Value = f64> {
     prop_oneof![(1u32..=20).prop_map(|k| f64::from(k) / 20.0), 0.01f64..=1.0]
 }
 
-fn duration_ms() -> impl Strategy<Value = f64> {
-    prop_oneof![Just(0.0), 0.0f64..800.0, Just(800.0), 800.0f64..2000.0]
+fn duration_ns() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(0.0), 0.0f64..800e6, Just(800e6), 800e6f64..2000e6]
 }
 
 proptest! {
@@ -1141,7 +1141,7 @@ proptest! {
         min_calls in 1i64..40,
         error_rate_threshold in rate(),
         slow_rate_threshold in rate(),
-        calls in prop::collection::vec((any::<bool>(), duration_ms(), any::<bool>()), 0..150),
+        calls in prop::collection::vec((any::<bool>(), duration_ns(), any::<bool>()), 0..150),
     ) {
         let mut r = Rig::new(size, |o| {
             o.min_calls = min_calls;
@@ -1150,20 +1150,20 @@ proptest! {
         });
         let verdict_at = min_calls.min(size) as usize;
         let mut model: Vec<(bool, f64)> = Vec::new();
-        for (i, &(success, duration_ms, permitted)) in calls.iter().enumerate() {
+        for (i, &(success, duration_ns, permitted)) in calls.iter().enumerate() {
             let now = i as Nanos * MS;
-            let outcome = if success { Outcome::Success { duration_ms } } else { Outcome::Failure { duration_ms } };
+            let outcome = if success { Outcome::Success { duration_ns } } else { Outcome::Failure { duration_ns } };
             let t = if permitted {
                 let p = r.permit(now);
                 r.complete(p, outcome, now)
             } else {
                 r.unpermitted(outcome, now)
             };
-            model.push((success, duration_ms));
+            model.push((success, duration_ns));
             let last = &model[model.len().saturating_sub(size as usize)..];
             let total = last.len() as f64;
             let error_rate = last.iter().filter(|c| !c.0).count() as f64 / total;
-            let slow_rate = last.iter().filter(|c| c.1 >= 800.0).count() as f64 / total;
+            let slow_rate = last.iter().filter(|c| c.1 >= 800e6).count() as f64 / total;
             let expected = if last.len() < verdict_at {
                 vec![]
             } else if error_rate >= error_rate_threshold {
@@ -1319,9 +1319,9 @@ fn extreme_times_and_durations_never_panic() {
         FAIL,
         SLOW_OK,
         Outcome::Released,
-        Outcome::Failure { duration_ms: f64::MAX },
-        Outcome::Success { duration_ms: f64::INFINITY },
-        Outcome::Success { duration_ms: f64::NAN },
+        Outcome::Failure { duration_ns: f64::MAX },
+        Outcome::Success { duration_ns: f64::INFINITY },
+        Outcome::Success { duration_ns: f64::NAN },
     ];
     let configs = [
         config(|o| o.min_calls = 1),

@@ -388,10 +388,10 @@ pub enum Window<S = Box<[u8]>, B = Box<[Bucket]>> {
 }
 
 impl<S: Slots, B: Buckets> Window<S, B> {
-    /// Records one call that finished at `now` and took `duration_ms`.
-    /// A call is slow when `duration_ms >= slow_threshold_ms`.
-    pub fn record(&mut self, duration_ms: f64, success: bool, now: Nanos) {
-        let slow = duration_ms >= self.slow_threshold_ms();
+    /// Records one call that finished at `now` and took `duration_ns`
+    /// nanoseconds.
+    pub fn record(&mut self, duration_ns: f64, success: bool, now: Nanos) {
+        let slow = self.is_slow(duration_ns);
         match self {
             Window::Count(w) => w.record(!success, slow),
             Window::Time(w) => w.record(!success, slow, now),
@@ -420,6 +420,15 @@ impl<S: Slots, B: Buckets> Window<S, B> {
             Window::Count(w) => w.reset(),
             Window::Time(w) => w.reset(),
         }
+    }
+
+    /// Whether a call of `duration_ns` nanoseconds is slow: it took at
+    /// least `slow_threshold_ms`. Compared in nanoseconds, so timing a call
+    /// costs no division (docs/performance.md); both sides are exact for
+    /// whole nanoseconds and for thresholds of up to nine decimals.
+    #[inline]
+    pub fn is_slow(&self, duration_ns: f64) -> bool {
+        duration_ns >= self.slow_threshold_ms() * 1e6
     }
 
     /// Calls at least this long (in ms) are slow.
@@ -470,7 +479,7 @@ mod tests {
     #[test]
     fn a_slow_failure_counts_as_both() {
         let mut w = count(100);
-        w.record(900.0, false, 0);
+        w.record(900.0e6, false, 0);
         let c = w.counts(0);
         assert_eq!((c.error_rate(), c.slow_call_rate()), (1.0, 1.0));
     }
@@ -478,9 +487,16 @@ mod tests {
     #[test]
     fn slow_means_at_least_the_threshold() {
         let mut w = count(10);
-        w.record(799.999, true, 0);
-        w.record(800.0, true, 0);
+        w.record(799.999e6, true, 0);
+        w.record(800.0e6, true, 0);
         assert_eq!(w.counts(0), Counts { total: 2, failures: 0, slow_calls: 1 });
+        // Thresholds with decimals meet whole nanoseconds exactly.
+        for (ms, at) in [(0.1, 100_000), (1.5, 1_500_000), (0.000001, 1), (123.456789, 123_456_789)] {
+            let mut w: Window = Window::Count(CountWindow::new(10, ms).unwrap());
+            w.record((at - 1) as f64, true, 0);
+            w.record(at as f64, true, 0);
+            assert_eq!(w.counts(0).slow_calls, 1, "{ms} ms");
+        }
     }
 
     #[test]
@@ -492,51 +508,51 @@ mod tests {
     #[test]
     fn a_full_ring_forgets_its_oldest_call() {
         let mut w = count(3);
-        w.record(0.0, false, 0);
-        w.record(0.0, true, 0);
-        w.record(0.0, true, 0);
+        w.record(0.0e6, false, 0);
+        w.record(0.0e6, true, 0);
+        w.record(0.0e6, true, 0);
         assert_eq!(w.counts(0).failures, 1);
-        w.record(0.0, true, 0);
+        w.record(0.0e6, true, 0);
         assert_eq!(w.counts(0), Counts { total: 3, failures: 0, slow_calls: 0 });
     }
 
     #[test]
     fn reset_empties_a_window() {
         let mut w = count(3);
-        w.record(900.0, false, 0);
+        w.record(900.0e6, false, 0);
         w.reset();
         assert_eq!(w.counts(0), Counts::default());
-        w.record(0.0, false, 0);
+        w.record(0.0e6, false, 0);
         assert_eq!(w.counts(0).total, 1);
     }
 
     #[test]
     fn time_buckets_expire_whole() {
         let mut w = time(10.0, 10);
-        w.record(0.0, false, 0);
-        w.record(0.0, true, SEC / 2);
-        w.record(0.0, true, 5 * SEC);
+        w.record(0.0e6, false, 0);
+        w.record(0.0e6, true, SEC / 2);
+        w.record(0.0e6, true, 5 * SEC);
         assert_eq!(w.counts(9 * SEC + SEC / 2).total, 3);
         // At 10 s the bucket [0, 1) leaves the window, both its calls with it.
         assert_eq!(w.counts(10 * SEC), Counts { total: 1, failures: 0, slow_calls: 0 });
         assert_eq!(w.counts(15 * SEC).total, 0);
-        w.record(0.0, false, 100 * SEC);
+        w.record(0.0e6, false, 100 * SEC);
         assert_eq!(w.counts(100 * SEC).failures, 1);
     }
 
     #[test]
     fn a_late_record_older_than_the_window_is_dropped() {
         let mut w = time(1.0, 2);
-        w.record(0.0, false, 10 * SEC);
-        w.record(0.0, false, 2 * SEC);
+        w.record(0.0e6, false, 10 * SEC);
+        w.record(0.0e6, false, 2 * SEC);
         assert_eq!(w.counts(10 * SEC).total, 1);
     }
 
     #[test]
     fn a_late_record_inside_the_window_counts() {
         let mut w = time(10.0, 10);
-        w.record(0.0, true, 5 * SEC);
-        w.record(0.0, false, 4 * SEC);
+        w.record(0.0e6, true, 5 * SEC);
+        w.record(0.0e6, false, 4 * SEC);
         assert_eq!(w.counts(5 * SEC).total, 2);
         assert_eq!(w.counts(14 * SEC).total, 1);
     }
@@ -545,7 +561,7 @@ mod tests {
     fn extreme_times_do_not_overflow() {
         let mut w = time(1e-9, 1);
         for t in [i64::MIN, -1, 0, 1, i64::MAX - 1, i64::MAX] {
-            w.record(0.0, true, t);
+            w.record(0.0e6, true, t);
             let _ = w.counts(t);
         }
         let mut w = time(MAX_SECONDS, 3600);
@@ -568,17 +584,17 @@ mod tests {
     proptest! {
         /// The ring agrees with a list of the last `size` calls.
         #[test]
-        fn count_window_matches_a_naive_model(size in 1i64..20, calls in prop::collection::vec((any::<bool>(), 0.0f64..1600.0), 0..200)) {
+        fn count_window_matches_a_naive_model(size in 1i64..20, calls in prop::collection::vec((any::<bool>(), 0.0f64..1600e6), 0..200)) {
             let mut w = count(size);
             let mut model: Vec<(bool, f64)> = Vec::new();
-            for &(success, ms) in &calls {
-                w.record(ms, success, 0);
-                model.push((success, ms));
+            for &(success, ns) in &calls {
+                w.record(ns, success, 0);
+                model.push((success, ns));
                 let last = &model[model.len().saturating_sub(size as usize)..];
                 let expected = Counts {
                     total: last.len() as u64,
                     failures: last.iter().filter(|c| !c.0).count() as u64,
-                    slow_calls: last.iter().filter(|c| c.1 >= 800.0).count() as u64,
+                    slow_calls: last.iter().filter(|c| c.1 >= 800e6).count() as u64,
                 };
                 prop_assert_eq!(w.counts(0), expected);
             }
@@ -594,7 +610,7 @@ mod tests {
             let mut model: Vec<(Nanos, bool, bool)> = Vec::new();
             for &(dt, success, slow) in &steps {
                 now += dt;
-                w.record(if slow { 900.0 } else { 1.0 }, success, now);
+                w.record(if slow { 900e6 } else { 1e6 }, success, now);
                 model.push((now, success, slow));
                 let oldest = now.div_euclid(width) - buckets + 1;
                 let live: Vec<_> = model.iter().filter(|c| c.0.div_euclid(width) >= oldest).collect();
