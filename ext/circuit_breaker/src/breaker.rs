@@ -18,7 +18,6 @@ use circuit_breaker_core::{
     Rejection, State, Transitions,
 };
 use magnus::{
-    error::{ErrorType, Tag},
     function, method,
     prelude::*,
     typed_data::Obj,
@@ -31,7 +30,7 @@ use magnus::symbol::IntoSymbol;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::cruby::{self, resume_error, resume_raise};
+use crate::cruby::{self, resume_error, resume_raise, Unwound};
 use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy, type_error, FAILURE, OPEN_ERROR};
 use crate::window::{shared_of, Blocked, Shared};
 
@@ -640,7 +639,7 @@ impl Breaker {
             }
         };
 
-        let result: Result<Value, Error> = ruby.yield_values(());
+        let result = cruby::yield_block();
 
         let end = this.clock.now();
         let duration_ns = end.saturating_sub(start).max(0) as f64;
@@ -653,28 +652,23 @@ impl Breaker {
                     Err(e) => (Outcome::Failure { duration_ns }, Some(e)),
                 },
             },
-            Err(e) => match e.error_type() {
-                // Thread#kill: no outcome; a probe slot goes back.
-                ErrorType::Jump(Tag::Fatal) => (Outcome::Released, None),
-                // break, next, throw, return: the block finished early.
-                ErrorType::Jump(_) => (Outcome::Success { duration_ns }, None),
-                ErrorType::Exception(ex) => match this.classify(ruby, *ex) {
-                    Ok(true) => {
-                        this.last_error.store(cruby::raw(ex.class()) as usize, Ordering::Relaxed);
-                        (Outcome::Failure { duration_ns }, None)
-                    }
-                    Ok(false) => (Outcome::Released, None),
-                    Err(e) => (Outcome::Failure { duration_ns }, Some(e)),
-                },
-                ErrorType::Error(..) => (Outcome::Failure { duration_ns }, None),
+            // Thread#kill: no outcome; a probe slot goes back.
+            Err(Unwound::Jumped(cruby::TAG_FATAL)) => (Outcome::Released, None),
+            // break, next, throw, return: the block finished early.
+            Err(Unwound::Jumped(_)) => (Outcome::Success { duration_ns }, None),
+            Err(Unwound::Raised(ex)) => match this.classify(ruby, *ex) {
+                Ok(true) => {
+                    this.last_error.store(cruby::raw(ex.class()) as usize, Ordering::Relaxed);
+                    (Outcome::Failure { duration_ns }, None)
+                }
+                Ok(false) => (Outcome::Released, None),
+                Err(e) => (Outcome::Failure { duration_ns }, Some(e)),
             },
         };
         let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, outcome, end))?;
         if !tr.is_empty() {
-            if let Err(e) = &result {
-                if let ErrorType::Jump(tag) = e.error_type() {
-                    resume_jump_notifying(rb_self, *tag, tr);
-                }
+            if let Err(Unwound::Jumped(tag)) = result {
+                resume_jump_notifying(rb_self, tag, tr);
             }
             Self::notify(ruby, rb_self, &tr)?;
         }
@@ -685,11 +679,10 @@ impl Breaker {
         std::hint::black_box((&result, &raise_instead));
         match (raise_instead, result) {
             (Some(e), _) => Err(e),
-            (None, Err(e)) => match e.error_type() {
-                ErrorType::Exception(ex) => resume_raise(*ex),
-                _ => Err(e),
-            },
-            (None, ok) => ok,
+            (None, Err(Unwound::Raised(ex))) => resume_raise(ex),
+            // SAFETY: the jump is still pending; only plain data is alive.
+            (None, Err(Unwound::Jumped(tag))) => unsafe { cruby::resume_jump(tag) },
+            (None, Ok(v)) => Ok(v),
         }
     }
 
@@ -918,12 +911,12 @@ fn active_support_loaded(ruby: &Ruby) -> bool {
 /// Resumes the pending jump `tag` with the listeners of `tr` running in an
 /// ensure function, the way a Ruby `ensure` clause runs during a jump.
 /// Never returns: only plain data may be alive in the callers' frames.
-fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: Tag, tr: Transitions) -> ! {
+fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: i32, tr: Transitions) -> ! {
     // SAFETY: the jump that rb_protect caught is still pending in the VM;
     // the callers hold only plain data, and the closure drops `tr` before
     // it may raise.
     unsafe {
-        cruby::resume_jump_ensuring(tag as i32, move || {
+        cruby::resume_jump_ensuring(tag, move || {
             let result = match Ruby::get() {
                 Ok(ruby) => Breaker::notify(&ruby, rb_self, &tr),
                 Err(_) => Ok(()),

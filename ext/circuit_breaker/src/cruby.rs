@@ -53,13 +53,53 @@ pub fn without_gvl<F: FnOnce() -> R, R>(f: F, stop: &AtomicBool) -> Option<R> {
     call.out
 }
 
+/// How a block left [`yield_block`] other than by returning.
+pub enum Unwound {
+    /// It raised this exception.
+    Raised(Exception),
+    /// It jumped (`break`, `next`, `return`, `throw`, `Thread#kill`): the
+    /// jump's tag, pending in the VM until resumed by [`resume_jump`].
+    Jumped(i32),
+}
+
+/// The tag of a jump that kills the thread (`Thread#kill`, `exit!`).
+pub const TAG_FATAL: i32 = 8;
+const TAG_RAISE: i32 = 6;
+
+/// Yields to the current method's block with no argument, catching what
+/// unwinds out of it. Unlike magnus's `yield_values`, this does not save
+/// and restore `$!` around the block (a call into the VM on every call,
+/// docs/performance.md): a caller that catches an exception must raise
+/// again (an exception or the caught one), never return normally, since
+/// `$!` now holds the caught exception, as it does in a `rescue` clause.
+#[inline]
+pub fn yield_block() -> Result<Value, Unwound> {
+    unsafe extern "C" fn body(_: Raw) -> Raw {
+        // SAFETY: called by rb_protect on this method's frame, whose block
+        // the caller checked exists; Qundef yields no argument.
+        unsafe { rb_sys::rb_yield(rb_sys::Qundef as Raw) }
+    }
+    let mut state = 0;
+    // SAFETY: `body` follows rb_protect's contract; `state` outlives it.
+    let v = unsafe { rb_sys::rb_protect(Some(body), 0, &mut state) };
+    match state {
+        // SAFETY: a value the block returned.
+        0 => Ok(unsafe { Value::from_raw(v) }),
+        TAG_RAISE => {
+            // SAFETY: after a caught raise, the error info is the exception.
+            let ex = unsafe { Value::from_raw(rb_sys::rb_errinfo()) };
+            Err(Exception::from_value(ex).map_or(Unwound::Jumped(TAG_RAISE), Unwound::Raised))
+        }
+        tag => Err(Unwound::Jumped(tag)),
+    }
+}
+
 /// Raises `ex` the way a pending raise resumes (`rb_jump_tag`), not with
 /// `rb_exc_raise`: on Ruby 3.1 the latter turns a lazily captured backtrace
 /// into strings, which costs microseconds per frame. The exception object
 /// goes on untouched: same object, same backtrace. Never returns: only
 /// plain data may be alive in the callers' frames.
 pub fn resume_raise(ex: Exception) -> ! {
-    const TAG_RAISE: i32 = 6;
     // SAFETY: `ex` is a live exception object; with it as the error info,
     // TAG_RAISE unwinds to the nearest rescue exactly as a raise does.
     unsafe {
