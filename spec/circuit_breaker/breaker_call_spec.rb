@@ -409,6 +409,13 @@ RSpec.describe CircuitBreaker, "#call" do
     expect(breaker.call { :probe }).to eq(:probe)
   end
 
+  it "raises ArgumentError without a block while closed, recording nothing" do
+    breaker = build_breaker(clock: clock, window: window)
+    expect { breaker.call }.to raise_error(ArgumentError, /CircuitBreaker#call needs a block/)
+    expect(breaker.metrics.values_at(:total, :calls, :failures_total)).to eq([0, 0, 0])
+    expect(breaker.call { :ok }).to eq(:ok)
+  end
+
   describe "OpenError" do
     let(:breaker) { build_breaker(clock: clock, window: window, name: "payments", min_calls: 1, open_duration: 18) }
 

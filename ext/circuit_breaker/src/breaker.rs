@@ -617,15 +617,18 @@ impl Breaker {
     }
 
     fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
-        if !ruby.block_given() {
-            return Err(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
-        }
+        let no_block = || Err(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
         let this = rb_self.get(ruby)?;
         let start = this.clock.now();
-        // Closed (the common case): no lock, nothing to change.
+        // Closed (the common case): no lock, nothing to change, and a
+        // missing block is noticed when yielding fails (below), which spares
+        // every call a VM call (docs/performance.md).
         let permit = match this.shared.admitting() {
             Some(p) => p,
             None => {
+                if !ruby.block_given() {
+                    return no_block();
+                }
                 let (decision, tr) = this.admit(ruby, start)?;
                 if !tr.is_empty() {
                     Self::notify_or_release(ruby, rb_self, &tr, decision)?;
@@ -640,6 +643,10 @@ impl Breaker {
         };
 
         let result = cruby::yield_block();
+        if matches!(result, Err(Unwound::Raised(_))) && !permit.probe && !ruby.block_given() {
+            // Nothing to settle: a permit that is not a probe holds nothing.
+            return no_block();
+        }
 
         let end = this.clock.now();
         let duration_ns = end.saturating_sub(start).max(0) as f64;

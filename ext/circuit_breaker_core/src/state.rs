@@ -473,7 +473,23 @@ impl Breaker {
         self.opened_at.saturating_add(self.open_for).saturating_sub(now).max(0)
     }
 
+    /// Applies the timers that are due. Inlined: only open and half-open
+    /// breakers have timers, and the closed call path should not pay a
+    /// function call to learn that (docs/performance.md).
+    #[inline]
     fn apply_timers<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        out: &mut Transitions,
+    ) {
+        if matches!(self.state, State::Open | State::HalfOpen) {
+            self.run_timers(w, cfg, now, out);
+        }
+    }
+
+    fn run_timers<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
         cfg: &Config,
@@ -531,6 +547,7 @@ impl Breaker {
         }
     }
 
+    #[inline]
     fn record_closed<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,

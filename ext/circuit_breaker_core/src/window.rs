@@ -106,6 +106,7 @@ impl<S: Slots> CountWindow<S> {
         self.slots.as_ref().len() as u32
     }
 
+    #[inline]
     fn record(&mut self, failure: bool, slow: bool) {
         let size = self.size();
         let head = self.head as usize;
@@ -390,6 +391,7 @@ pub enum Window<S = Box<[u8]>, B = Box<[Bucket]>> {
 impl<S: Slots, B: Buckets> Window<S, B> {
     /// Records one call that finished at `now` and took `duration_ns`
     /// nanoseconds.
+    #[inline]
     pub fn record(&mut self, duration_ns: f64, success: bool, now: Nanos) {
         let slow = self.is_slow(duration_ns);
         match self {
