@@ -130,20 +130,35 @@ pub trait Method0 {
     fn call(ruby: &Ruby, rb_self: Obj<Self::Receiver>) -> Result<Value, Error>;
 }
 
+/// Whether `v` wraps data of exactly `data_type` (which has no parent), read
+/// inline from the object as the running Ruby lays it out (rb-sys's stable
+/// API), where `rb_typeddata_is_kind_of` is a call into the VM.
+#[inline]
+fn wraps(v: Raw, data_type: *const rb_sys::rb_data_type_t) -> bool {
+    use rb_sys::StableApiDefinition;
+    let api = rb_sys::stable_api::get_default();
+    // SAFETY: `v` is a live object (the receiver of a running method); each
+    // read is made only once the one before has shown it is valid.
+    !api.special_const_p(v)
+        && unsafe {
+            api.type_p(v, rb_sys::ruby_value_type::RUBY_T_DATA)
+                && api.rtypeddata_p(v)
+                && std::ptr::eq(api.rtypeddata_type(v), data_type)
+        }
+}
+
 /// Defines `M` as `name` on `class`, entered straight from the VM: magnus's
 /// own wrapper converts the receiver under an `rb_protect` of its own, about
 /// 13 ns on every call (docs/performance.md); this entry checks the
-/// receiver's data type with one plain call instead. Errors are raised and
-/// panics become `fatal`, as magnus's wrapper does.
+/// receiver's data type inline instead. Errors are raised and panics become
+/// `fatal`, as magnus's wrapper does.
 pub fn define_method_0<M: Method0>(class: RClass, name: &CStr) {
     unsafe extern "C" fn entry<M: Method0>(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
         // SAFETY: the VM calls methods on its own thread, with the GVL.
         let ruby = unsafe { Ruby::get_unchecked() };
         let data_type = <M::Receiver as TypedData>::data_type() as *const magnus::DataType;
-        // SAFETY: DataType is a transparent wrapper of rb_data_type_t.
-        let wrapped =
-            unsafe { rb_sys::rb_typeddata_is_kind_of(rb_self, data_type as *const rb_sys::rb_data_type_t) } != 0;
-        let result = if wrapped {
+        // DataType is a transparent wrapper of rb_data_type_t.
+        let result = if wraps(rb_self, data_type as *const rb_sys::rb_data_type_t) {
             // SAFETY: `rb_self` wraps an M::Receiver (checked just above);
             // Obj is a transparent wrapper of the object's VALUE.
             let obj = unsafe { std::mem::transmute::<Value, Obj<M::Receiver>>(Value::from_raw(rb_self)) };
