@@ -99,6 +99,23 @@ RSpec.shared_examples "a breaker store" do |counters:, extra_metrics: {}, disagr
     end
   end
 
+  describe "a TimeWindow" do
+    it "forgets the calls of a bucket once it expires on the breaker's clock, and judges what is left" do
+      breaker = build(window: CircuitBreaker::TimeWindow.new(seconds: 10, buckets: 10, slow_threshold_ms: 100))
+      fail_calls(breaker, 3)
+      clock.advance(9.999)
+      settle(breaker)
+      expect(breaker.metrics).to include(total: 3, failures: 3)
+      clock.advance(0.001) # the whole bucket of those calls has left the window
+      expect(breaker.metrics).to include(total: 0, failures: 0, state: :closed)
+      fail_calls(breaker, 3)
+      settle(breaker)
+      expect(breaker.state).to eq(:closed) # 3 calls: below min_calls
+      fail_calls(breaker, 1)
+      expect(breaker.state).to eq(:open)
+    end
+  end
+
   describe "open" do
     it "rejects with an OpenError naming the breaker, its state and retry_after, without running the block" do
       breaker = build
