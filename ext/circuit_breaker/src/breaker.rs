@@ -387,10 +387,10 @@ impl Inner {
     fn admit(&self, ruby: &Ruby, now: i64) -> Result<(Decision, Transitions), Error> {
         match self.step(|b, w, c| b.acquire(w, c, now)) {
             Ok(x) => Ok(x),
-            Err(Blocked::Busy) => Ok((self.shared.decide_unlocked(now), Transitions::default())),
+            Err(Blocked::Busy) => Ok((self.shared.published().decide(now), Transitions::default())),
             Err(Blocked::Interrupted) => {
                 ruby.thread_check_ints()?;
-                Ok((self.shared.decide_unlocked(now), Transitions::default()))
+                Ok((self.shared.published().decide(now), Transitions::default()))
             }
             Err(b) => Err(b.into_error(ruby, &self.shared)),
         }
@@ -408,7 +408,7 @@ impl Inner {
         match self.step(f) {
             Ok(tr) => Ok(tr),
             Err(Blocked::Busy | Blocked::Interrupted) => {
-                self.shared.count_dropped();
+                self.shared.published().count_dropped();
                 Ok(Transitions::default())
             }
             Err(b) => Err(b.into_error(ruby, &self.shared)),
@@ -560,7 +560,7 @@ impl Breaker {
         }
         let this = rb_self.get(ruby)?;
         for t in tr.iter() {
-            let metrics = metrics_hash(ruby, &t.metrics, this.shared.is_mapped(), this.shared.dropped())?;
+            let metrics = metrics_hash(ruby, &t.metrics, this.shared.is_mapped(), this.shared.published().dropped())?;
             let before = &t.window_before;
             let last_error = match this.last_error.load(Ordering::Relaxed) {
                 0 => ruby.qnil().as_value(),
@@ -798,14 +798,14 @@ impl Breaker {
                 Ok(state_sym(ruby, m.state))
             }
             // A stuck holder: the published state (timers not applied).
-            Err(Blocked::Busy) => Ok(state_sym(ruby, this.shared.published_state())),
+            Err(Blocked::Busy) => Ok(state_sym(ruby, this.shared.published().state())),
             Err(b) => Err(b.into_error(ruby, &this.shared)),
         }
     }
 
     fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
         let this = rb_self.get(ruby)?;
-        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, this.shared.is_mapped(), this.shared.dropped())
+        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, this.shared.is_mapped(), this.shared.published().dropped())
     }
 
     fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {

@@ -3,16 +3,17 @@
 //! A window object owns the record its breaker also uses: one lock around
 //! the window and, once a breaker is built on it, the breaker's state. So the
 //! window a user holds is live, and a breaker takes one lock per step. The
-//! record is on the heap, or in a file mapped by every process that shares
-//! the breaker (`shared:`).
+//! record is in one of the core's stores (`circuit_breaker_core::store`): on
+//! the heap, or in a file mapped by every process that shares the breaker
+//! (`shared:`); this module adds only how long a step waits for its lock.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
-use circuit_breaker_core::shm::{Guard, Key, MappedRecord, ShmError};
-use circuit_breaker_core::{Counts, Decision, HeapRecord, Nanos, Permit, Record, WindowSpec};
+use circuit_breaker_core::shm::{Key, MappedRecord, ShmError};
+use circuit_breaker_core::{Counts, HeapStore, Nanos, Permit, Published, Record, Store as CoreStore, WindowSpec};
 use magnus::{
     method,
     prelude::*,
@@ -20,26 +21,14 @@ use magnus::{
     typed_data::Obj,
     Error, RClass, RHash, Ruby, TryConvert, Value,
 };
-use parking_lot::Mutex;
 
 use crate::args;
 use crate::clock::ClockSource;
 use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy};
 
 enum Store {
-    Heap(Mutex<HeapRecord>),
-    Mapped(Mapped),
-}
-
-/// A record in a shared file, and how long this process waits for its lock.
-struct Mapped {
-    record: MappedRecord,
-    path: PathBuf,
-    /// Nanoseconds a step waits for a busy lock (see docs/shared.md).
-    wait: AtomicI64,
-    /// Set when a wait ran out, cleared when the lock is next taken: while
-    /// the holder stays stuck, later steps wait only [`STUCK_WAIT`].
-    stuck: AtomicBool,
+    Heap(HeapStore),
+    Mapped(MappedRecord, PathBuf),
 }
 
 /// How long a step waits for a busy shared lock by default: the lock is
@@ -78,8 +67,11 @@ impl Blocked {
 /// breaker state) behind one lock.
 pub struct Shared {
     store: Store,
-    /// A heap record's published word (a mapped one keeps it in its file).
-    published: AtomicU64,
+    /// Nanoseconds a step waits for a busy lock (see docs/shared.md).
+    wait: AtomicI64,
+    /// Set when a wait ran out, cleared when the lock is next taken: while
+    /// the holder stays stuck, later steps wait only [`STUCK_WAIT`].
+    stuck: AtomicBool,
     spec: WindowSpec,
     /// Whether a breaker uses this window already.
     attached: AtomicBool,
@@ -100,14 +92,15 @@ impl Shared {
         clock: Option<ClockSource>,
         given: impl Fn(&str) -> Option<Value>,
     ) -> Result<Arc<Self>, Error> {
-        let record = HeapRecord::new(&spec, seed()).map_err(|e| config_error_given(ruby, e, given))?;
-        Ok(Self::with_store(Store::Heap(Mutex::new(record)), spec, clock))
+        let store = HeapStore::new(&spec, seed()).map_err(|e| config_error_given(ruby, e, given))?;
+        Ok(Self::with_store(Store::Heap(store), spec, clock))
     }
 
     fn with_store(store: Store, spec: WindowSpec, own_clock: Option<ClockSource>) -> Arc<Self> {
         Arc::new(Self {
             store,
-            published: AtomicU64::new(0),
+            wait: AtomicI64::new(LOCK_WAIT),
+            stuck: AtomicBool::new(false),
             spec,
             attached: AtomicBool::new(false),
             own_clock,
@@ -153,8 +146,7 @@ impl Shared {
         };
         let path = key.path().map_err(shm_error)?;
         let record = MappedRecord::open(&key, &path, seed()).map_err(shm_error)?;
-        let mapped = Mapped { record, path, wait: AtomicI64::new(LOCK_WAIT), stuck: AtomicBool::new(false) };
-        Ok(Self::with_store(Store::Mapped(mapped), self.spec, self.own_clock.clone()))
+        Ok(Self::with_store(Store::Mapped(record, path), self.spec, self.own_clock.clone()))
     }
 
     /// The window's settings.
@@ -166,92 +158,55 @@ impl Shared {
     pub fn path(&self) -> Option<&Path> {
         match &self.store {
             Store::Heap(_) => None,
-            Store::Mapped(m) => Some(&m.path),
+            Store::Mapped(_, path) => Some(path),
         }
     }
 
     /// Runs `f` on the record under the lock. `f` must not call Ruby. A
-    /// shared lock that stays busy is waited for without the GVL, up to the
-    /// bound; then the step is not run.
+    /// lock that stays busy (a stuck process holding a shared one) is
+    /// waited for without the GVL, up to the bound; then the step is not run.
     #[inline]
     pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> Result<T, Blocked> {
         match &self.store {
-            Store::Heap(h) => {
-                let mut h = h.lock();
-                let r = h.get();
-                let out = f(r);
-                self.published.store(r.breaker.published(), Ordering::Release);
-                Ok(out)
-            }
-            Store::Mapped(m) => {
-                let mut guard = match m.record.try_lock() {
-                    Ok(Some(g)) => g,
-                    Ok(None) => m.wait()?,
-                    Err(e) => return Err(Blocked::Failed(e)),
-                };
-                let r = guard.record();
-                let out = f(r);
-                m.record.published().store(r.breaker.published(), Ordering::Release);
-                m.record.half_open_at().store(r.breaker.half_open_at().unwrap_or(0), Ordering::Release);
-                Ok(out)
-            }
+            Store::Heap(h) => self.step(h, f),
+            Store::Mapped(m, _) => self.step(m, f),
         }
     }
 
-    /// The decision for a call when the lock could not be had, from the
-    /// published state alone (docs/shared.md).
-    pub fn decide_unlocked(&self, now: Nanos) -> Decision {
-        let half_open_at = match &self.store {
-            Store::Heap(_) => 0,
-            Store::Mapped(m) => m.record.half_open_at().load(Ordering::Acquire),
+    #[inline]
+    fn step<S: CoreStore, T>(&self, store: &S, f: impl FnOnce(&mut Record) -> T) -> Result<T, Blocked> {
+        let mut guard = match store.try_lock() {
+            Ok(Some(g)) => g,
+            Ok(None) => self.wait(store)?,
+            Err(e) => return Err(Blocked::Failed(e)),
         };
-        Decision::unlocked(self.published().load(Ordering::Acquire), half_open_at, now)
+        Ok(store.step(&mut guard, f))
     }
 
-    /// The state last published (timers not applied).
-    pub fn published_state(&self) -> circuit_breaker_core::State {
-        circuit_breaker_core::State::published(self.published().load(Ordering::Acquire))
-    }
-
-    /// Counts a record dropped because the lock stayed busy.
-    pub fn count_dropped(&self) {
-        if let Store::Mapped(m) = &self.store {
-            m.record.dropped().fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Records dropped for a busy lock (host-wide; 0 unless shared).
-    pub fn dropped(&self) -> u64 {
+    /// What the store publishes for callers that take no lock.
+    #[inline]
+    pub fn published(&self) -> &Published {
         match &self.store {
-            Store::Heap(_) => 0,
-            Store::Mapped(m) => m.record.dropped().load(Ordering::Relaxed),
+            Store::Heap(h) => h.published(),
+            Store::Mapped(m, _) => m.published(),
         }
     }
 
-    /// Sets how long this process's steps wait for a busy shared lock.
+    /// Sets how long this process's steps wait for a busy lock.
     pub fn set_lock_wait(&self, wait: Nanos) {
-        if let Store::Mapped(m) = &self.store {
-            m.wait.store(wait, Ordering::Relaxed);
-        }
+        self.wait.store(wait, Ordering::Relaxed);
     }
 
     /// Whether the record is in a file every process of the host maps
     /// (its counters are host-wide).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.store, Store::Mapped(_))
-    }
-
-    fn published(&self) -> &AtomicU64 {
-        match &self.store {
-            Store::Heap(_) => &self.published,
-            Store::Mapped(m) => m.record.published(),
-        }
+        matches!(self.store, Store::Mapped(..))
     }
 
     /// A permit taken without the lock, when the breaker admits every call.
     #[inline]
     pub fn admitting(&self) -> Option<Permit> {
-        Permit::admitting(self.published().load(Ordering::Acquire))
+        self.published().admitting()
     }
 
     /// Gives up a claim whose breaker could not be built.
@@ -267,7 +222,7 @@ impl Shared {
     /// Holds the lock of a shared record for `ms`, doing nothing (tests).
     pub fn hold_lock_for_test(&self, ms: u64) -> std::io::Result<()> {
         match &self.store {
-            Store::Mapped(m) => m.record.hold_lock_for_test(ms),
+            Store::Mapped(m, _) => m.hold_lock_for_test(ms),
             Store::Heap(_) => Ok(()),
         }
     }
@@ -297,20 +252,20 @@ impl Shared {
     }
 }
 
-impl Mapped {
+impl Shared {
     /// Waits for the busy lock without the GVL, up to the bound. The lock
     /// is taken back with the GVL held: the wait only watches for it to
     /// come free (and recovers a dead owner), so this process never holds
-    /// the shared lock while it waits for its GVL (which other threads may
+    /// a shared lock while it waits for its GVL (which other threads may
     /// keep for a time slice).
     #[cold]
-    fn wait(&self) -> Result<Guard<'_>, Blocked> {
+    fn wait<'s, S: CoreStore>(&self, store: &'s S) -> Result<S::Guard<'s>, Blocked> {
         let wait = if self.stuck.load(Ordering::Relaxed) { STUCK_WAIT } else { self.wait.load(Ordering::Relaxed) };
         let deadline = ClockSource::Monotonic.now().saturating_add(wait);
         loop {
             let left = deadline.saturating_sub(ClockSource::Monotonic.now());
             let stop = AtomicBool::new(false);
-            let freed = crate::cruby::without_gvl(|| self.record.lock_within(left, &stop).map(|g| g.is_some()), &stop);
+            let freed = crate::cruby::without_gvl(|| store.lock_within(left, &stop).map(|g| g.is_some()), &stop);
             match freed {
                 Some(Ok(true)) => {}
                 Some(Ok(false)) if !stop.load(Ordering::Acquire) => {
@@ -320,7 +275,7 @@ impl Mapped {
                 Some(Ok(false)) | None => return Err(Blocked::Interrupted),
                 Some(Err(e)) => return Err(Blocked::Failed(e)),
             }
-            match self.record.try_lock() {
+            match store.try_lock() {
                 Ok(Some(guard)) => {
                     self.stuck.store(false, Ordering::Relaxed);
                     return Ok(guard);
@@ -515,7 +470,7 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
     let now = shared.recording_now();
     match shared.with(|r| r.window.record(duration_ns, success.to_bool(), now)) {
         // As a breaker's record: dropped and counted, never raised.
-        Err(Blocked::Busy | Blocked::Interrupted) => shared.count_dropped(),
+        Err(Blocked::Busy | Blocked::Interrupted) => shared.published().count_dropped(),
         Err(b @ Blocked::Failed(_)) => return Err(b.into_error(ruby, shared)),
         Ok(()) => {}
     }

@@ -4,8 +4,8 @@
 //! its half-open ramp ([`state`], [`ramp`]), cumulative [`counters`] and validated configuration
 //! ([`config`]). Nothing here knows about Ruby: inputs and outputs are plain
 //! values, time is passed in as `now` ([`clock`]), and the breaker's whole
-//! mutable state is a plain-data record that a caller keeps behind one lock
-//! (in process memory today; shared memory is the same record elsewhere).
+//! mutable state is a plain-data record that a [`store`] keeps behind one
+//! lock (in process memory, or in a file every process of the host maps).
 
 pub mod clock;
 pub mod config;
@@ -15,6 +15,7 @@ pub mod ramp;
 pub mod record;
 pub mod shm;
 pub mod state;
+pub mod store;
 pub mod window;
 
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Nanos};
@@ -22,4 +23,5 @@ pub use config::{Config, ConfigError, Options, ProbeTimeout};
 pub use counters::Counters;
 pub use record::{HeapRecord, Layout, Record, WindowSpec};
 pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
+pub use store::{HeapStore, Published, Store};
 pub use window::{Bucket, Buckets, CountWindow, Counts, PlacedWindow, RelSlice, Slots, TimeWindow, Window};

@@ -170,17 +170,37 @@ impl HeapRecord {
         Ok(Self { block, forks_seen: forks() })
     }
 
-    /// The record (its owner provides the lock).
+    /// The record (its owner provides the lock), once a forked child has
+    /// freed what its parent's other threads held.
     #[inline]
     pub fn get(&mut self) -> &mut Record {
-        // SAFETY: `new` wrote a Record at the start of the block.
-        let record = unsafe { &mut *(self.block.as_mut_ptr() as *mut Record) };
+        self.after_forks();
+        self.record_mut()
+    }
+
+    /// In a forked child, on the first use since the fork: frees what the
+    /// parent's other threads held (`Breaker::after_fork`).
+    #[inline]
+    pub fn after_forks(&mut self) {
         let forks = forks();
         if forks != self.forks_seen {
             self.forks_seen = forks;
-            record.breaker.after_fork();
+            self.record_mut().breaker.after_fork();
         }
-        record
+    }
+
+    /// The record as it is (see [`HeapRecord::get`]).
+    #[inline]
+    pub fn record(&self) -> &Record {
+        // SAFETY: `new` wrote a Record at the start of the block.
+        unsafe { &*(self.block.as_ptr() as *const Record) }
+    }
+
+    /// The record as it is, to change (see [`HeapRecord::get`]).
+    #[inline]
+    pub fn record_mut(&mut self) -> &mut Record {
+        // SAFETY: `new` wrote a Record at the start of the block.
+        unsafe { &mut *(self.block.as_mut_ptr() as *mut Record) }
     }
 }
 

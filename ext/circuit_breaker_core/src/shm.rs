@@ -34,10 +34,11 @@
 use std::io;
 use std::mem::{align_of, size_of};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
+use std::sync::atomic::AtomicBool;
 
 use crate::clock::Nanos;
 use crate::record::{Record, WindowSpec};
+use crate::store::{Published, Store};
 #[cfg(all(target_os = "linux", not(feature = "portable")))]
 use {crate::record::Layout, std::ffi::CString, std::mem::MaybeUninit, std::ptr, std::sync::atomic::Ordering};
 
@@ -77,15 +78,8 @@ struct Header {
     config_hash: u64,
     layout_hash: u64,
     mutex: libc::pthread_mutex_t,
-    /// `Breaker::published` of the record, stored under the mutex, read
-    /// without it.
-    published: AtomicU64,
-    /// `Breaker::half_open_at` of the record (0: not open), stored with
-    /// `published`: the retry time of a call rejected without the lock.
-    half_open_at: AtomicI64,
-    /// Records dropped because the lock stayed busy past the caller's
-    /// bound (a stuck holder), host-wide.
-    dropped: AtomicU64,
+    /// Stored under the mutex, read without it (host-wide).
+    published: Published,
 }
 
 /// Why a shared record could not be opened.
@@ -226,20 +220,9 @@ pub fn layout_hash() -> u64 {
     let h = ConfigHash::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
     let h = hash_layout!(
         h,
-        Header {
-            magic,
-            version,
-            ready,
-            header_size,
-            record_size,
-            config_hash,
-            layout_hash,
-            mutex,
-            published,
-            half_open_at,
-            dropped
-        }
+        Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published }
     );
+    let h = Published::layout(h);
     let h = h.usize(size_of::<libc::pthread_mutex_t>()).usize(align_of::<libc::pthread_mutex_t>());
     Record::layout(h).finish()
 }
@@ -639,7 +622,7 @@ impl MappedRecord {
                 if rc != 0 {
                     return Err(io::Error::from_raw_os_error(rc));
                 }
-                guard.record().repair();
+                guard.repair();
                 Ok(Some(guard))
             }
             libc::EBUSY | libc::ETIMEDOUT => Ok(None),
@@ -647,9 +630,24 @@ impl MappedRecord {
         }
     }
 
+    /// Holds the lock for `ms` milliseconds without doing anything: lets
+    /// tests stop or kill a process that holds it. None: it was busy.
+    #[doc(hidden)]
+    pub fn hold_lock_for_test(&self, ms: u64) -> io::Result<()> {
+        let never = AtomicBool::new(false);
+        let _guard = self.lock_within(Nanos::MAX, &never)?;
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        Ok(())
+    }
+}
+
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
+impl Store for MappedRecord {
+    type Guard<'a> = Guard<'a>;
+
     /// Takes the lock if it is free now (a dead owner recovered).
     #[inline]
-    pub fn try_lock(&self) -> io::Result<Option<Guard<'_>>> {
+    fn try_lock(&self) -> io::Result<Option<Guard<'_>>> {
         // SAFETY: the mutex was initialised when the file was built.
         let rc = unsafe { libc::pthread_mutex_trylock(self.mutex()) };
         self.locked(rc)
@@ -659,7 +657,7 @@ impl MappedRecord {
     /// gives up early once `stop` is set (by another thread: an interrupt
     /// for the waiting one). None: not taken. Blocks: call it without any
     /// runtime lock held (the binding releases Ruby's GVL around it).
-    pub fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<Guard<'_>>> {
+    fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<Guard<'_>>> {
         const SLICE: Nanos = 5_000_000;
         let deadline = monotonic().saturating_add(wait.max(0));
         loop {
@@ -683,33 +681,10 @@ impl MappedRecord {
         }
     }
 
-    /// The record's published word (see `Breaker::published`).
-    pub fn published(&self) -> &AtomicU64 {
-        // SAFETY: the header lives as long as the mapping; the field is only
-        // ever accessed atomically.
+    fn published(&self) -> &Published {
+        // SAFETY: the header lives as long as the mapping; its fields are
+        // atomics.
         unsafe { &(*self.header()).published }
-    }
-
-    /// The record's published half-open time (see `Breaker::half_open_at`).
-    pub fn half_open_at(&self) -> &AtomicI64 {
-        // SAFETY: as for `published`.
-        unsafe { &(*self.header()).half_open_at }
-    }
-
-    /// Records dropped for a stuck lock, host-wide.
-    pub fn dropped(&self) -> &AtomicU64 {
-        // SAFETY: as for `published`.
-        unsafe { &(*self.header()).dropped }
-    }
-
-    /// Holds the lock for `ms` milliseconds without doing anything: lets
-    /// tests stop or kill a process that holds it. None: it was busy.
-    #[doc(hidden)]
-    pub fn hold_lock_for_test(&self, ms: u64) -> io::Result<()> {
-        let never = AtomicBool::new(false);
-        let _guard = self.lock_within(Nanos::MAX, &never)?;
-        std::thread::sleep(std::time::Duration::from_millis(ms));
-        Ok(())
     }
 }
 
@@ -730,12 +705,21 @@ pub struct Guard<'a> {
 }
 
 #[cfg(all(target_os = "linux", not(feature = "portable")))]
-impl Guard<'_> {
-    /// The record the lock protects.
+impl std::ops::Deref for Guard<'_> {
+    type Target = Record;
     #[inline]
-    pub fn record(&mut self) -> &mut Record {
+    fn deref(&self) -> &Record {
         // SAFETY: the header was validated at open; the record follows it,
         // and this guard holds the mutex that serialises every access.
+        unsafe { &*(self.mapped.base.add(header_size()) as *const Record) }
+    }
+}
+
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
+impl std::ops::DerefMut for Guard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Record {
+        // SAFETY: as for `deref`.
         unsafe { &mut *(self.mapped.base.add(header_size()) as *mut Record) }
     }
 }
@@ -853,27 +837,24 @@ impl MappedRecord {
         )))
     }
 
-    pub fn try_lock(&self) -> io::Result<Option<Guard<'_>>> {
-        match *self {}
-    }
-
-    pub fn lock_within(&self, _wait: Nanos, _stop: &AtomicBool) -> io::Result<Option<Guard<'_>>> {
-        match *self {}
-    }
-
-    pub fn published(&self) -> &AtomicU64 {
-        match *self {}
-    }
-
-    pub fn half_open_at(&self) -> &AtomicI64 {
-        match *self {}
-    }
-
-    pub fn dropped(&self) -> &AtomicU64 {
-        match *self {}
-    }
-
     pub fn hold_lock_for_test(&self, _ms: u64) -> io::Result<()> {
+        match *self {}
+    }
+}
+
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+impl Store for MappedRecord {
+    type Guard<'a> = Guard<'a>;
+
+    fn try_lock(&self) -> io::Result<Option<Guard<'_>>> {
+        match *self {}
+    }
+
+    fn lock_within(&self, _wait: Nanos, _stop: &AtomicBool) -> io::Result<Option<Guard<'_>>> {
+        match *self {}
+    }
+
+    fn published(&self) -> &Published {
         match *self {}
     }
 }
@@ -885,8 +866,16 @@ pub struct Guard<'a> {
 }
 
 #[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
-impl Guard<'_> {
-    pub fn record(&mut self) -> &mut Record {
+impl std::ops::Deref for Guard<'_> {
+    type Target = Record;
+    fn deref(&self) -> &Record {
+        match *self.mapped {}
+    }
+}
+
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+impl std::ops::DerefMut for Guard<'_> {
+    fn deref_mut(&mut self) -> &mut Record {
         match *self.mapped {}
     }
 }
@@ -954,7 +943,7 @@ mod tests {
 
     fn with<T>(m: &MappedRecord, f: impl FnOnce(&mut Record) -> T) -> T {
         let mut g = m.try_lock().unwrap().expect("free");
-        f(g.record())
+        f(&mut g)
     }
 
     #[test]

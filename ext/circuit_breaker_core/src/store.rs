@@ -1,0 +1,229 @@
+//! Where a breaker's record lives: one idea, two places
+//! (docs/development.md, "How the code is laid out").
+//!
+//! A [`Record`] is plain data with no pointer in it, so it can live in this
+//! process's memory ([`HeapStore`]) or in a file every process of the host
+//! maps (`shm::MappedRecord`, `shared:`). A [`Store`] is such a place: it
+//! hands out the record under its lock, and keeps the [`Published`] words
+//! that callers read without the lock. The fleet mirror (`fleet::HostSide`,
+//! `fleet:`) is not a third place but a part of the record, so a fleet
+//! breaker works the same over either store. Every rule runs on the record
+//! (`state.rs`); a store decides nothing.
+
+use std::io;
+use std::ops::DerefMut;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::clock::Nanos;
+use crate::config::ConfigError;
+use crate::record::{HeapRecord, Record, WindowSpec};
+use crate::state::{Decision, Permit, State};
+
+/// What a store publishes after every step, for callers that take no lock:
+/// the call path's closed check ([`Published::admitting`]) and the decision
+/// for a call whose lock stays busy ([`Published::decide`]).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Published {
+    /// `Breaker::published` of the record.
+    word: AtomicU64,
+    /// `Breaker::half_open_at` of the record (0: not open): the retry time
+    /// of a call rejected without the lock.
+    half_open_at: AtomicI64,
+    /// Records dropped because the lock stayed busy past the caller's bound
+    /// (a stuck holder); for a mapped record, host-wide.
+    dropped: AtomicU64,
+}
+
+impl Published {
+    /// Publishes `record`'s state; called with the lock held, after a step.
+    #[inline]
+    pub fn publish(&self, record: &Record) {
+        self.word.store(record.breaker.published(), Ordering::Release);
+        self.half_open_at.store(record.breaker.half_open_at().unwrap_or(0), Ordering::Release);
+    }
+
+    /// A permit taken without the lock, when the breaker admits every call.
+    #[inline]
+    pub fn admitting(&self) -> Option<Permit> {
+        Permit::admitting(self.word.load(Ordering::Acquire))
+    }
+
+    /// The decision for a call when the lock could not be had, from the
+    /// published state alone (docs/shared.md).
+    pub fn decide(&self, now: Nanos) -> Decision {
+        Decision::unlocked(self.word.load(Ordering::Acquire), self.half_open_at.load(Ordering::Acquire), now)
+    }
+
+    /// The state last published (timers not applied).
+    pub fn state(&self) -> State {
+        State::published(self.word.load(Ordering::Acquire))
+    }
+
+    /// Counts a record dropped because the lock stayed busy.
+    pub fn count_dropped(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records dropped because the lock stayed busy.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Adds the layout of `Published` (it is stored in shared files; see
+    /// `crate::shm::layout_hash`); keep the field list whole.
+    pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+        crate::hash_layout!(h, Published { word, half_open_at, dropped })
+    }
+}
+
+/// A place that holds one breaker's record behind a lock.
+pub trait Store {
+    /// The record, held: the lock is released when it is dropped.
+    type Guard<'a>: DerefMut<Target = Record>
+    where
+        Self: 'a;
+
+    /// Takes the lock if it is free now (a dead holder's lock is recovered).
+    fn try_lock(&self) -> io::Result<Option<Self::Guard<'_>>>;
+
+    /// Waits up to `wait` nanoseconds for the lock, giving up early once
+    /// `stop` is set by another thread. None: not taken. Blocks: call it
+    /// without any runtime lock held.
+    fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<Self::Guard<'_>>>;
+
+    /// The words published after every step.
+    fn published(&self) -> &Published;
+
+    /// Runs `f` on the held record, then publishes the result.
+    #[inline]
+    fn step<T>(&self, guard: &mut Self::Guard<'_>, f: impl FnOnce(&mut Record) -> T) -> T {
+        let out = f(guard);
+        self.published().publish(guard);
+        out
+    }
+}
+
+/// A record in this process's memory.
+pub struct HeapStore {
+    record: Mutex<HeapRecord>,
+    published: Published,
+}
+
+impl HeapStore {
+    /// A new record for a window of `spec`, closed; `seed` seeds the
+    /// jitter of its open durations.
+    pub fn new(spec: &WindowSpec, seed: u64) -> Result<Self, ConfigError> {
+        Ok(Self { record: Mutex::new(HeapRecord::new(spec, seed)?), published: Published::default() })
+    }
+}
+
+/// A [`HeapStore`]'s record, held.
+pub struct HeapGuard<'a>(MutexGuard<'a, HeapRecord>);
+
+impl std::ops::Deref for HeapGuard<'_> {
+    type Target = Record;
+    #[inline]
+    fn deref(&self) -> &Record {
+        self.0.record()
+    }
+}
+
+impl DerefMut for HeapGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Record {
+        self.0.record_mut()
+    }
+}
+
+impl HeapGuard<'_> {
+    #[inline]
+    fn taken(mut guard: MutexGuard<'_, HeapRecord>) -> HeapGuard<'_> {
+        guard.after_forks();
+        HeapGuard(guard)
+    }
+}
+
+impl Store for HeapStore {
+    type Guard<'a> = HeapGuard<'a>;
+
+    #[inline]
+    fn try_lock(&self) -> io::Result<Option<HeapGuard<'_>>> {
+        Ok(self.record.try_lock().map(HeapGuard::taken))
+    }
+
+    fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<HeapGuard<'_>>> {
+        // Held only for a step of plain Rust (microseconds): waiting in
+        // short slices is enough to notice `stop`.
+        const SLICE: Nanos = 1_000_000;
+        let mut left = wait.max(0);
+        loop {
+            let slice = left.min(SLICE);
+            let taken = self.record.try_lock_for(std::time::Duration::from_nanos(slice as u64));
+            if let Some(guard) = taken {
+                return Ok(Some(HeapGuard::taken(guard)));
+            }
+            left -= slice;
+            if left <= 0 || stop.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+        }
+    }
+
+    #[inline]
+    fn published(&self) -> &Published {
+        &self.published
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Options};
+    use crate::state::Outcome;
+
+    const SPEC: WindowSpec = WindowSpec::Count { size: 4, slow_threshold_ms: 800.0 };
+
+    fn trip<S: Store>(store: &S) {
+        let cfg = Config::new(&Options { min_calls: 2, ..Options::default() }).unwrap();
+        for now in 0..2 {
+            let mut g = store.try_lock().unwrap().expect("free");
+            store.step(&mut g, |r| {
+                let p = store.published().admitting().expect("closed admits");
+                r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ns: 1.0 }, now)
+            });
+        }
+    }
+
+    #[test]
+    fn a_step_publishes_the_state_for_lock_free_readers() {
+        let store = HeapStore::new(&SPEC, 1).unwrap();
+        assert!(store.published().admitting().is_some());
+        trip(&store);
+        assert_eq!(store.published().state(), State::Open);
+        assert!(store.published().admitting().is_none());
+        assert!(matches!(store.published().decide(0), Decision::Rejected(_)));
+    }
+
+    #[test]
+    fn a_held_record_is_not_handed_out_twice() {
+        let store = HeapStore::new(&SPEC, 1).unwrap();
+        let held = store.try_lock().unwrap().expect("free");
+        assert!(store.try_lock().unwrap().is_none());
+        let stop = AtomicBool::new(false);
+        assert!(store.lock_within(3_000_000, &stop).unwrap().is_none());
+        stop.store(true, Ordering::Release);
+        assert!(store.lock_within(Nanos::MAX, &stop).unwrap().is_none(), "stop ends the wait");
+        drop(held);
+        assert!(store.lock_within(0, &stop).unwrap().is_some());
+    }
+
+    #[test]
+    fn dropped_records_are_counted() {
+        let store = HeapStore::new(&SPEC, 1).unwrap();
+        store.published().count_dropped();
+        assert_eq!(store.published().dropped(), 1);
+    }
+}
