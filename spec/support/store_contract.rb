@@ -422,6 +422,21 @@ RSpec.shared_examples "a breaker store" do |counters:, extra_metrics: {}, disagr
   end
 
   describe "calls from many threads" do
+    it "opens exactly once when threads fail together, and never hands out more than half_open_calls probes" do
+      breaker = build(window: CircuitBreaker::SlidingWindow.new(size: 100), min_calls: 40, half_open_calls: 3)
+      events = transitions_of(breaker)
+      in_threads(8) { 10.times { fail_calls(breaker, 1) rescue CircuitBreaker::OpenError } } # rubocop:disable Style/RescueModifier
+      expect(moves(events)).to eq([%i[closed open error_rate]])
+      clock.advance(10)
+      settle(breaker)
+      grants = in_threads(8) { Array.new(5) { breaker.allow? }.count(true) }
+      expect(grants.sum).to eq(3)
+      metrics = breaker.metrics
+      expect(metrics[:state]).to eq(:half_open)
+      # Every call asked of it, but for the 3 probes still out (docs/operating.md).
+      expect(metrics[:calls] + metrics[:rejected]).to eq(80 + 40 - 3)
+    end
+
     it "loses no count, and lets a block call its own breaker" do
       breaker = build(min_calls: 1_000)
       in_threads(4) { 250.times { breaker.call { :ok } } }
