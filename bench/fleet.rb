@@ -82,13 +82,15 @@ module Bench
     # reached it, with and without fleet:.
     def convergence(server)
       rtt = measure_rtt(server)
-      bound = [HOSTS * MIN_CALLS, MIN_CALLS + (HOSTS * RATE * 3 * (INTERVAL + rtt))].min
+      # docs/fleet.md, "The bound": a failure reaches Redis within D.
+      reach = RATE * INTERVAL <= 1 ? rtt : INTERVAL + rtt
+      bound = [HOSTS * MIN_CALLS, MIN_CALLS + (HOSTS * RATE * (reach + (2 * (INTERVAL + rtt))))].min
       [true, false].map do |with_fleet|
         name = "conv-#{SecureRandom.hex(4)}"
         reached, open_after, spread = run_hosts(server, name, with_fleet)
         if with_fleet
           { note: format("Convergence, %d hosts × %.0f calls/s, min_calls %d, fleet_interval %.1f s, RTT %.2f ms: " \
-                         "%d calls reached the failing dependency (bound min(H·m, m + H·r·3(I+RTT)) = %.0f: %s); " \
+                         "%d calls reached the failing dependency (bound min(H·m, m + H·r·(D + 2(I+RTT))) = %.0f: %s); " \
                          "every host open %.2f s after the first failure, the last %.3f s after the first " \
                          "(target: within one fleet_interval of the fleet verdict: %s)",
                          HOSTS, RATE, MIN_CALLS, INTERVAL, rtt * 1000, reached, bound,

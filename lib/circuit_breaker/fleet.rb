@@ -42,8 +42,8 @@ class CircuitBreaker
       def attach(breaker, settings, interval, shared: nil, namespace: nil)
         host_key = shared && "#{Socket.gethostname}:#{Process.uid}:shared:#{shared}"
         breaker.instance_variable_set(:@fleet_status, :degraded)
-        breaker.__send__(:__fleet_attach)
         syncer = @lock.synchronize { @syncers[[settings, interval]] ||= Syncer.new(settings, interval) }
+        breaker.__send__(:__fleet_attach, syncer.waker)
         syncer.add(breaker, host_key, namespace)
       end
 
@@ -120,8 +120,10 @@ class CircuitBreaker
     end
 
     # The thread that talks to Redis for every fleet breaker of a process
-    # with the same server and interval. At most one send in flight; waits
-    # with the GVL released (socket waits); never holds a breaker's lock
+    # with the same server and interval. At most one send in flight, and
+    # one per interval slot: at the slot's end, or at once when a failure
+    # arrives first (docs/fleet.md, "When a host sends"). Waits with the GVL
+    # released (its {Waker}; the socket waits); never holds a breaker's lock
     # while waiting (the native calls copy counts in and out, and return).
     # @api private
     class Syncer
@@ -137,10 +139,12 @@ class CircuitBreaker
         @stale_ms = [500, (3000 * interval).ceil + (1000 * @timeout).ceil].max
         @breakers = ObjectSpace::WeakMap.new
         @lock = Mutex.new
-        @wake = ConditionVariable.new
-        @woken = false
+        @waker = Waker.new
         start_fresh
       end
+
+      # @return [Waker] what this syncer's breakers wake it with on a failure
+      attr_reader :waker
 
       # Adds a breaker (weakly: a breaker nobody uses any more is dropped;
       # what the syncer needs lives in the breaker, since a WeakMap's
@@ -149,31 +153,29 @@ class CircuitBreaker
         prefix = namespace ? "#{PREFIX}:#{namespace}" : PREFIX
         tag = "#{prefix}:{#{breaker.name}:#{breaker.__send__(:__fleet_hash)}}"
         breaker.instance_variable_set(:@fleet_sync, [host_key, tag].freeze)
-        @lock.synchronize do
-          @breakers[breaker] = true
-          @woken = true
-          @wake.signal
-        end
+        @lock.synchronize { @breakers[breaker] = true }
+        wake # reported within this slot, not at its end
         ensure_thread
       end
 
-      # Sends now rather than at the end of the interval.
+      # Sends soon, within the budget: at once unless this slot's send
+      # already went, then at the next slot's start.
       def wake
-        @lock.synchronize do
-          @woken = true
-          @wake.signal
-        end
+        @waker.signal
       end
 
+      # In a forked child: the parent's threads do not exist here; the
+      # child's own start at once for the breakers it inherited.
       def after_fork
         @lock = Mutex.new
-        @wake = ConditionVariable.new
+        @waker.after_fork
         start_fresh
+        ensure_thread unless entries.empty?
       end
 
       def stop
         @stopping = true
-        wake
+        @waker.close
         @thread&.join(2)
         @thread&.kill
         @subscriber&.kill
@@ -247,16 +249,28 @@ class CircuitBreaker
         nil # a message not of this gem's making changes nothing
       end
 
+      # One send per slot of @interval: at the slot's end, or pulled to
+      # the first failure that arrives before it; the rest of a pulled
+      # slot is quiet, and a failure during it pulls the next slot's send
+      # to that slot's start (docs/fleet.md, "When a host sends").
       def run
+        @waker.arm(false)
+        sync_once # the breakers added so far, at once
+        slot_end = clock + @interval
         until @stopping
-          started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          pulled = @waker.wait(slot_end - clock)
+          break if @stopping
+
+          @waker.arm(pulled) # before the reports are read: later failures are news
           sync_once
-          rest = @interval - (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
-          @lock.synchronize do
-            @wake.wait(@lock, rest) if rest.positive? && !@woken && !@stopping
-            @woken = false
-          end
+          @waker.wait(slot_end - clock) if pulled
+          slot_end = [slot_end + @interval, clock].max
+          @waker.unquiet
         end
+      end
+
+      def clock
+        Process.clock_gettime(Process::CLOCK_MONOTONIC)
       end
 
       def entries
@@ -285,8 +299,10 @@ class CircuitBreaker
         list.each_with_index do |(breaker, _, _), i|
           reply = replies && replies[i]
           reply = nil unless reply.is_a?(Array)
-          connected = breaker.__send__(:__fleet_receive, reply)
+          connected, proposing = breaker.__send__(:__fleet_receive, reply)
           breaker.__send__(:__fleet_status, connected ? :connected : :degraded)
+          # A change of the fleet's state goes at the next slot's start.
+          @waker.signal if proposing
         end
       rescue StandardError => e
         # A listener's error is reported by Events; anything else here is a

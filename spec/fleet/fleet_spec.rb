@@ -251,6 +251,65 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     expect(after.except("info")).to eq(before.except("info"))
   end
 
+  describe "sending at once when a failure arrives" do
+    def failures_reported(breaker)
+      key = "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:hosts"
+      redis_server.command("HVALS", key).map { |v| Integer(v.split[2]) }
+    end
+
+    it "brings a host's failure to Redis, and the fleet's verdict to every host, long before its 30 s interval" do
+      # `slow` sends every 30 s; `quick` every second, so it sees the sum and
+      # proposes the opening. Neither host alone reaches min_calls.
+      slow = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 30, min_calls: 2)
+      quick = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 1, min_calls: 2)
+      wait_for("connected") { [slow, quick].all? { |b| b.metrics[:fleet] == :connected } }
+      quick.call { raise "down" } rescue RuntimeError # rubocop:disable Style/RescueModifier
+      wait_for("quick's failure reported") { failures_reported(quick).sort == [0, 1] }
+      slow.call { raise "down" } rescue RuntimeError # rubocop:disable Style/RescueModifier
+      wait_for("slow's failure reported", deadline: 10) { failures_reported(slow) == [1, 1] }
+      wait_for("the fleet open on both hosts", deadline: 10) { slow.state == :open && quick.state == :open }
+      expect([slow, quick].map { |b| b.metrics[:total] }).to all(eq(0)) # each opened by the fleet, not alone
+    end
+
+    it "keeps one round trip per interval under a stream of failures" do
+      breaker = fleet_breaker(min_calls: 1_000_000, window: CircuitBreaker::SlidingWindow.new(size: 10))
+      wait_for("connected") { breaker.metrics[:fleet] == :connected }
+      before = redis_server.command_counts.fetch("evalsha", 0)
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      calls = 0
+      # At least 10 intervals of failures, every call a failure (bounded).
+      while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0 < 0.5 && calls < 5_000_000
+        breaker.call { raise "down" } rescue RuntimeError # rubocop:disable Style/RescueModifier
+        calls += 1
+      end
+      elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+      sent = redis_server.command_counts.fetch("evalsha", 0) - before
+      expect(sent).to be <= (elapsed / 0.05).ceil + 2
+      expect(calls).to be > sent
+    end
+  end
+
+  it "keeps syncing in a forked child the breakers it inherited" do
+    breaker = fleet_breaker(min_calls: 1_000)
+    wait_for("connected") { breaker.metrics[:fleet] == :connected }
+    done_r, done_w = IO.pipe
+    pid = fork do
+      done_w.close
+      3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+      done_r.wait_readable(DEADLINE)
+      exit!(0)
+    end
+    done_r.close
+    begin
+      key = "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:hosts"
+      failures = -> { redis_server.command("HVALS", key).map { |v| Integer(v.split[2]) }.sort }
+      wait_for("the child's own host field") { failures.() == [0, 3] }
+    ensure
+      done_w.close
+      Process.wait(pid)
+    end
+  end
+
   it "keeps one round trip per interval whatever the number of calls" do
     breaker = fleet_breaker
     wait_for("connected") { breaker.metrics[:fleet] == :connected }

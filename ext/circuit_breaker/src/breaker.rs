@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use circuit_breaker_core::clock::secs_from_nanos;
 use circuit_breaker_core::config::{probe_quota, probe_ratio};
 use circuit_breaker_core::fleet;
+use circuit_breaker_core::wake::Wake;
 use circuit_breaker_core::{
     Breaker as CoreBreaker, Config, Decision, Metrics, Options, Outcome, Permit, PlacedWindow, ProbeTimeout, Reason,
     Rejection, State, Transitions,
@@ -56,6 +57,9 @@ struct Inner {
     /// The class of the last exception recorded as a failure (a raw handle,
     /// 0 for none), for the opening event; kept alive by `mark`.
     last_error: AtomicUsize,
+    /// A fleet breaker's syncer, told of failures (docs/fleet.md, "When a
+    /// host sends").
+    fleet_wake: OnceLock<Arc<Wake>>,
 }
 
 impl DataTypeFunctions for Breaker {
@@ -415,6 +419,15 @@ impl Inner {
         }
     }
 
+    /// A failure was recorded: a fleet breaker's syncer may send at once
+    /// (an atomic load, and for the slot's first failure an unpark).
+    #[inline]
+    fn failed(&self) {
+        if let Some(w) = self.fleet_wake.get() {
+            w.failure();
+        }
+    }
+
     /// Whether a rejection has listeners (`on_reject`, ActiveSupport).
     fn rejections_watched(&self, ruby: &Ruby) -> bool {
         self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby)
@@ -529,6 +542,7 @@ impl Breaker {
             failure_if,
             notify_rejects: AtomicBool::new(false),
             last_error: AtomicUsize::new(0),
+            fleet_wake: OnceLock::new(),
         };
         rb_self
             .0
@@ -673,6 +687,9 @@ impl Breaker {
             },
         };
         let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, outcome, end))?;
+        if let Outcome::Failure { .. } = outcome {
+            this.failed();
+        }
         if !tr.is_empty() {
             if let Err(Unwound::Jumped(tag)) = result {
                 resume_jump_notifying(rb_self, tag, tr);
@@ -737,6 +754,9 @@ impl Breaker {
             Some(p) => b.complete(w, c, p, outcome, now),
             None => b.record_unpermitted(w, c, outcome, now),
         })?;
+        if let Outcome::Failure { .. } = outcome {
+            this.failed();
+        }
         Self::notify(ruby, rb_self, &tr)
     }
 
@@ -862,9 +882,13 @@ impl Breaker {
         Ok(cfg.max_open_duration.unwrap_or(cfg.open_duration) / 1_000_000)
     }
 
-    /// Makes this a fleet breaker: its manual actions go to the fleet.
-    fn fleet_attach(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
-        rb_self.get(ruby)?.step_or_raise(ruby, |b, _, _| b.attach_fleet())
+    /// Makes this a fleet breaker of the syncer `waker` belongs to: its
+    /// manual actions go to the fleet, its failures wake the syncer.
+    fn fleet_attach(ruby: &Ruby, rb_self: &Self, waker: &crate::fleet::Waker) -> Result<(), Error> {
+        let this = rb_self.get(ruby)?;
+        this.step_or_raise(ruby, |b, _, _| b.attach_fleet())?;
+        let _ = this.fleet_wake.set(Arc::clone(&waker.0));
+        Ok(())
     }
 
     /// Whether this process sends for the breaker (`shared:`: one per
@@ -892,20 +916,21 @@ impl Breaker {
     }
 
     /// Takes the script's reply (nil: the send failed), notifies what
-    /// changed, and answers whether the host is connected. Anything but an
-    /// Array of Integers is a malformed reply.
-    fn fleet_receive(ruby: &Ruby, rb_self: Obj<Self>, reply: Value) -> Result<bool, Error> {
+    /// changed, and answers whether the host is connected and whether a
+    /// proposal waits for the next send. Anything but an Array of Integers
+    /// is a malformed reply.
+    fn fleet_receive(ruby: &Ruby, rb_self: Obj<Self>, reply: Value) -> Result<(bool, bool), Error> {
         let ints: Option<Vec<i64>> = RArray::from_value(reply).and_then(|a| {
             a.into_iter().map(|v| magnus::Integer::from_value(v).and_then(|i| i.to_i64().ok())).collect()
         });
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
-        let (tr, connected) = this.step_or_raise(ruby, |b, w, c| {
+        let (tr, status) = this.step_or_raise(ruby, |b, w, c| {
             let tr = b.fleet_receive(w, c, ints.as_deref(), now);
-            (tr, b.fleet_connected())
+            (tr, (b.fleet_connected(), b.fleet_proposing()))
         })?;
         Self::notify(ruby, rb_self, &tr)?;
-        Ok(connected)
+        Ok(status)
     }
 }
 
@@ -973,7 +998,7 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
     class.define_singleton_method("shared_supported?", function!(|| circuit_breaker_core::shm::SUPPORTED, 0))?;
     class.define_private_method("__fleet_hash", method!(Breaker::fleet_hash, 0))?;
-    class.define_private_method("__fleet_attach", method!(Breaker::fleet_attach, 0))?;
+    class.define_private_method("__fleet_attach", method!(Breaker::fleet_attach, 1))?;
     class.define_private_method("__fleet_quota", method!(Breaker::fleet_quota, 0))?;
     class.define_private_method("__fleet_longest_open_ms", method!(Breaker::fleet_longest_open_ms, 0))?;
     class.define_private_method("__fleet_report", method!(Breaker::fleet_report, 0))?;

@@ -12,14 +12,28 @@ use magnus::Class;
 use magnus::{Error, Exception, ExceptionClass, RClass, Ruby, TypedData, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// How Ruby tells a thread waiting without the GVL that it wants it back.
+/// `unblock` may run on any thread, without the GVL: it must only touch
+/// atomics (and unpark).
+pub trait Unblock: Sync {
+    fn unblock(&self);
+}
+
+/// A flag the waiting code polls.
+impl Unblock for AtomicBool {
+    fn unblock(&self) {
+        self.store(true, Ordering::Release);
+    }
+}
+
 /// Runs `f` without the GVL, so the process's other threads, `Timeout` and
 /// signal handlers keep running while it waits. When Ruby wants this thread
-/// back (`Thread#raise`, `Thread#kill`, `Timeout`, a signal) it sets `stop`,
-/// which `f` must poll, and returns soon after. Interrupts are not handled
+/// back (`Thread#raise`, `Thread#kill`, `Timeout`, a signal) it calls
+/// `stop.unblock()`, which `f` must notice, and returns soon after. Interrupts are not handled
 /// here (`rb_thread_call_without_gvl2`): whatever `f` returns (a lock guard)
 /// reaches the caller, which checks interrupts when it is safe to raise.
 /// None: Ruby had an interrupt pending and did not call `f`.
-pub fn without_gvl<F: FnOnce() -> R, R>(f: F, stop: &AtomicBool) -> Option<R> {
+pub fn without_gvl<F: FnOnce() -> R, R, S: Unblock>(f: F, stop: &S) -> Option<R> {
     struct Call<F, R> {
         f: Option<F>,
         out: Option<R>,
@@ -33,21 +47,21 @@ pub fn without_gvl<F: FnOnce() -> R, R>(f: F, stop: &AtomicBool) -> Option<R> {
         }
         std::ptr::null_mut()
     }
-    unsafe extern "C" fn unblock(data: *mut c_void) {
-        // SAFETY: `data` is the `stop` flag, alive until `without_gvl` returns.
-        let stop = unsafe { &*(data as *const AtomicBool) };
-        stop.store(true, Ordering::Release);
+    unsafe extern "C" fn unblock<S: Unblock>(data: *mut c_void) {
+        // SAFETY: `data` is `stop`, alive until `without_gvl` returns.
+        let stop = unsafe { &*(data as *const S) };
+        stop.unblock();
     }
     let mut call = Call { f: Some(f), out: None };
     // SAFETY: both functions follow the contract of rb_thread_call_without_gvl2:
-    // `run` touches no Ruby object, `unblock` only sets an atomic flag; both
+    // `run` touches no Ruby object, `unblock` only atomics (`Unblock`); both
     // pointers outlive the call.
     unsafe {
         rb_sys::rb_thread_call_without_gvl2(
             Some(run::<F, R>),
             &mut call as *mut Call<F, R> as *mut c_void,
-            Some(unblock),
-            stop as *const AtomicBool as *mut c_void,
+            Some(unblock::<S>),
+            stop as *const S as *mut c_void,
         );
     }
     call.out

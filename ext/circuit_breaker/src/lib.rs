@@ -6,6 +6,7 @@ mod breaker;
 mod clock;
 mod cruby;
 mod errors;
+mod fleet;
 mod window;
 
 use magnus::{Error, Ruby};
@@ -16,6 +17,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     errors::check_declared(ruby)?;
     breaker::init(namespace)?;
     clock::init(ruby, namespace)?;
+    fleet::init(ruby, namespace)?;
     window::init(ruby, namespace)?;
     Ok(())
 }

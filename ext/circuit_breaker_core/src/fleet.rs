@@ -333,6 +333,12 @@ impl Breaker {
         self.fleet.connected
     }
 
+    /// Whether a proposal waits for the next send (docs/fleet.md, "When a
+    /// host sends": it pulls that send to the start of its slot).
+    pub fn fleet_proposing(&self) -> bool {
+        self.fleet.proposal.is_some()
+    }
+
     /// Whether process `pid` is the one that sends for this record: it is
     /// already, or nobody is, or the one that was has not claimed it for
     /// longer than `stale` (it died or hangs), and then it takes over. A

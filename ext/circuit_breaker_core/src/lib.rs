@@ -16,6 +16,7 @@ pub mod record;
 pub mod shm;
 pub mod state;
 pub mod store;
+pub mod wake;
 pub mod window;
 
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Nanos};

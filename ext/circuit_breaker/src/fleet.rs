@@ -1,0 +1,83 @@
+//! `CircuitBreaker::Fleet::Waker` (@api private): the core's `Wake` for one
+//! fleet syncer (lib/circuit_breaker/fleet.rb). Its breakers call
+//! `Wake::failure` from their failure branches; the syncer waits here with
+//! the GVL released, until a failure, its slot's end or an interrupt.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::Thread;
+use std::time::Duration;
+
+use circuit_breaker_core::wake::Wake;
+use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
+
+use crate::args;
+use crate::cruby::{self, Unblock};
+
+#[magnus::wrap(class = "CircuitBreaker::Fleet::Waker", free_immediately, size)]
+pub struct Waker(pub Arc<Wake>);
+
+/// Ruby wants the waiting syncer back (`Thread#kill`, a signal): the flag,
+/// and an unpark so the wait notices at once.
+struct Stop {
+    flag: AtomicBool,
+    thread: Thread,
+}
+
+impl Unblock for Stop {
+    fn unblock(&self) {
+        self.flag.unblock();
+        self.thread.unpark();
+    }
+}
+
+impl Waker {
+    fn new() -> Self {
+        Self(Arc::new(Wake::default()))
+    }
+
+    /// Waits up to `timeout` seconds without the GVL; true when a failure
+    /// pulled the send forward. Interrupts are raised here.
+    fn wait(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
+        let secs = args::float(ruby, "timeout", timeout)?.clamp(0.0, 3600.0);
+        let wake = &rb_self.0;
+        wake.register();
+        let stop = Stop { flag: AtomicBool::new(false), thread: std::thread::current() };
+        let woken = cruby::without_gvl(|| wake.wait(Duration::from_secs_f64(secs), &stop.flag), &stop);
+        ruby.thread_check_ints()?;
+        Ok(woken.unwrap_or(false))
+    }
+
+    fn arm(&self, quiet: bool) {
+        self.0.arm(quiet);
+    }
+
+    fn unquiet(&self) {
+        self.0.unquiet();
+    }
+
+    fn signal(&self) {
+        self.0.signal();
+    }
+
+    fn close(&self) {
+        self.0.close();
+    }
+
+    fn after_fork(&self) {
+        self.0.after_fork();
+    }
+}
+
+pub fn init(ruby: &Ruby, namespace: magnus::RClass) -> Result<(), Error> {
+    let fleet: RModule = namespace.define_module("Fleet")?;
+    let class = fleet.define_class("Waker", ruby.class_object())?;
+    class.define_singleton_method("new", function!(Waker::new, 0))?;
+    class.define_method("wait", method!(Waker::wait, 1))?;
+    class.define_method("arm", method!(Waker::arm, 1))?;
+    class.define_method("unquiet", method!(Waker::unquiet, 0))?;
+    class.define_method("signal", method!(Waker::signal, 0))?;
+    class.define_method("close", method!(Waker::close, 0))?;
+    class.define_method("after_fork", method!(Waker::after_fork, 0))?;
+    Ok(())
+}

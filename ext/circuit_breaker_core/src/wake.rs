@@ -1,0 +1,228 @@
+//! How a failure on the call path makes a fleet syncer send at once
+//! (docs/fleet.md, "When a host sends"), within the budget of one send per
+//! `fleet_interval`.
+//!
+//! The syncer sends once per interval *slot*: at the slot's end, or at once
+//! when a failure arrives first (the slot's send is pulled forward; the
+//! rest of the slot is quiet, and a failure during it pulls the next slot's
+//! send to that slot's start). Invariants:
+//! - the call path pays one atomic load per failure, an atomic swap and a
+//!   thread unpark for the first failure of a slot only, and nothing at all
+//!   per success (the binding calls [`Wake::failure`] from failure branches);
+//! - no lock is ever taken by a thread that does not hold Ruby's GVL
+//!   (the waiting syncer only parks and reads atomics), so a `fork` never
+//!   finds one held by a thread that no longer exists;
+//! - a wake is never lost: the failure bit is set before the unpark, and a
+//!   park after an unpark returns at once.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// A failure arrived since the syncer last read the hosts' reports.
+const FAILED: u8 = 1;
+/// The slot's send already went: failures only set [`FAILED`].
+const QUIET: u8 = 2;
+/// The syncer stops: every wait returns at once.
+const CLOSED: u8 = 4;
+
+/// One per syncer; its fleet breakers hold it too.
+#[derive(Debug, Default)]
+pub struct Wake {
+    state: AtomicU8,
+    /// The syncer's thread, recorded before each wait (while it still holds
+    /// the GVL); the failure path reads it with the GVL held too.
+    thread: Mutex<Option<Thread>>,
+}
+
+impl Wake {
+    /// A failure was recorded (the call path). Returns whether this one
+    /// woke the syncer: the first failure since it last read the reports,
+    /// while it waits for a slot's send. Every other failure costs one load.
+    #[inline]
+    pub fn failure(&self) -> bool {
+        if self.state.load(Ordering::Relaxed) & FAILED != 0 {
+            return false;
+        }
+        if self.state.fetch_or(FAILED, Ordering::AcqRel) != 0 {
+            return false;
+        }
+        self.unpark();
+        true
+    }
+
+    /// The syncer's thread: waits until a failure arrives while it is not
+    /// quiet (true), or until `timeout` passed, `stop` was set (Ruby wants
+    /// the thread back) or the wake was closed (false). Call
+    /// [`Wake::register`] on this thread first.
+    pub fn wait(&self, timeout: Duration, stop: &AtomicBool) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let s = self.state.load(Ordering::Acquire);
+            if s == FAILED {
+                return true;
+            }
+            if s & CLOSED != 0 || stop.load(Ordering::Acquire) {
+                return false;
+            }
+            let now = Instant::now();
+            match deadline {
+                Some(d) if now >= d => return false,
+                Some(d) => std::thread::park_timeout(d - now),
+                None => std::thread::park(),
+            }
+        }
+    }
+
+    /// Records the calling thread as the one to unpark (before [`Wake::wait`]).
+    pub fn register(&self) {
+        let current = std::thread::current();
+        if let Ok(mut t) = self.thread.lock() {
+            if t.as_ref().map(Thread::id) != Some(current.id()) {
+                *t = Some(current);
+            }
+        }
+    }
+
+    /// The syncer is about to read the reports for a send: failures from now
+    /// on are news. `quiet`: the send was pulled forward, and the slot's
+    /// other failures wait for its end.
+    pub fn arm(&self, quiet: bool) {
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some((s & CLOSED) | if quiet { QUIET } else { 0 }));
+    }
+
+    /// A new slot begins: a failure that arrived during the quiet part of
+    /// the last one makes the next [`Wake::wait`] return at once.
+    pub fn unquiet(&self) {
+        self.state.fetch_and(!QUIET, Ordering::AcqRel);
+    }
+
+    /// Sends soon, as a failure would (a new breaker to report).
+    pub fn signal(&self) {
+        self.failure();
+    }
+
+    /// Stops the syncer's waits for good.
+    pub fn close(&self) {
+        self.state.fetch_or(CLOSED, Ordering::AcqRel);
+        self.unpark();
+    }
+
+    /// In a forked child: a new syncer thread will wait here; the parent's
+    /// does not exist.
+    pub fn after_fork(&self) {
+        self.state.store(0, Ordering::Release);
+        if let Ok(mut t) = self.thread.lock() {
+            *t = None;
+        }
+    }
+
+    fn unpark(&self) {
+        if let Ok(t) = self.thread.lock() {
+            if let Some(t) = t.as_ref() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const LONG: Duration = Duration::from_secs(30);
+
+    fn waiting(wake: &Arc<Wake>, timeout: Duration) -> std::thread::JoinHandle<bool> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = Arc::clone(wake);
+        let h = std::thread::spawn(move || {
+            w.register();
+            tx.send(()).unwrap();
+            w.wait(timeout, &AtomicBool::new(false))
+        });
+        rx.recv().unwrap();
+        h
+    }
+
+    #[test]
+    fn the_first_failure_wakes_a_waiting_syncer_and_later_ones_do_not() {
+        let wake = Arc::new(Wake::default());
+        let h = waiting(&wake, LONG);
+        assert!(wake.failure());
+        assert!(!wake.failure());
+        assert!(h.join().unwrap());
+        // Until the syncer reads the reports again, failures are old news.
+        assert!(!wake.failure());
+        wake.arm(false);
+        assert!(wake.failure());
+    }
+
+    #[test]
+    fn a_failure_before_the_wait_is_not_lost() {
+        let wake = Wake::default();
+        wake.register();
+        assert!(wake.failure());
+        assert!(wake.wait(LONG, &AtomicBool::new(false)));
+    }
+
+    #[test]
+    fn a_quiet_slot_is_not_woken_and_its_failure_pulls_the_next_slot() {
+        let wake = Arc::new(Wake::default());
+        wake.arm(true);
+        assert!(!wake.failure(), "quiet: no wake");
+        assert!(!wake.failure());
+        // The quiet wait runs to its end.
+        wake.register();
+        assert!(!wake.wait(Duration::from_millis(20), &AtomicBool::new(false)));
+        wake.unquiet();
+        assert!(wake.wait(LONG, &AtomicBool::new(false)), "the next slot's send at its start");
+    }
+
+    #[test]
+    fn a_slot_without_failures_ends_at_its_timeout() {
+        let wake = Wake::default();
+        wake.register();
+        assert!(!wake.wait(Duration::from_millis(10), &AtomicBool::new(false)));
+    }
+
+    #[test]
+    fn close_and_stop_end_a_wait() {
+        let wake = Arc::new(Wake::default());
+        let h = waiting(&wake, LONG);
+        wake.close();
+        assert!(!h.join().unwrap());
+        assert!(!wake.failure(), "a closed wake wakes nobody");
+        let open = Wake::default();
+        assert!(!open.wait(LONG, &AtomicBool::new(true)));
+    }
+
+    #[test]
+    fn after_fork_starts_armed_with_no_thread() {
+        let wake = Wake::default();
+        wake.register();
+        wake.close();
+        wake.after_fork();
+        assert!(wake.failure(), "open again; no thread to unpark yet");
+        wake.register();
+        assert!(wake.wait(LONG, &AtomicBool::new(false)));
+    }
+
+    #[test]
+    fn many_threads_failing_wake_the_syncer_once() {
+        let wake = Arc::new(Wake::default());
+        let h = waiting(&wake, LONG);
+        let woke: usize = (0..8)
+            .map(|_| {
+                let w = Arc::clone(&wake);
+                std::thread::spawn(move || (0..1000).filter(|_| w.failure()).count())
+            })
+            .map(|t| t.join().unwrap())
+            .sum();
+        assert_eq!(woke, 1);
+        assert!(h.join().unwrap());
+    }
+}
