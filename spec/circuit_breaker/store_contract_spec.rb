@@ -56,15 +56,12 @@ RSpec.describe CircuitBreaker, "stores" do
     end
 
     it_behaves_like "a breaker store", counters: :process, extra_metrics: { fleet: :connected }, disagreements: {
-      trip_then_clock: "fleet: when the reply to the host's own trip! is applied before its pushed copy, the " \
-                       "host follows the fleet's opening, whose end only Redis's clock decides " \
+      trip_then_clock: "fleet: the host follows the fleet's opening its own trip! made (its reply and its " \
+                       "pushed copy alike), whose end only Redis's clock decides " \
                        "(ext/circuit_breaker_core/src/fleet.rs: `decide` waits for the reply's remaining time " \
                        "to reach 0, and `follow` leaves a half-open host no probe slot meanwhile), so a host " \
                        "whose own clock ended the open period admits no probe until open_duration has passed " \
-                       "in Redis's time",
-      reset_echo: "fleet: when the reply to the host's own reset! is applied before its pushed copy, " \
-                  "`follow` (ext/circuit_breaker_core/src/fleet.rs) empties the closed host's window again " \
-                  "(a closed fleet with reason :manual), dropping the calls it recorded since its reset!"
+                       "in Redis's time"
     }
   end
 end

@@ -448,14 +448,24 @@ impl Breaker {
         }
         // What was sent has been applied (or lost a compare-and-set).
         self.fleet.connected = true;
-        if self.fleet.command_sent == self.fleet.command_seq {
+        // The reply to this host's own manual action: the script applied
+        // it and answered with the state it made, which this host entered
+        // when the action was taken (calls recorded since must stay).
+        // Its push may have come first (its version taken, `follow`
+        // skipped while the command was on its way): followed here alike.
+        let own = self.fleet.command.is_some() && self.fleet.command_sent == self.fleet.command_seq;
+        if own {
             self.fleet.command = None;
         }
         self.fleet.proposal = None;
-        if (r.epoch, r.version) != (self.fleet.epoch, self.fleet.version) {
+        if own || (r.epoch, r.version) != (self.fleet.epoch, self.fleet.version) {
             self.fleet.epoch = r.epoch;
             self.fleet.version = r.version;
-            self.follow(w, cfg, &r, now, &mut out);
+            if own && r.state == State::Closed {
+                self.fleet.following = false;
+            } else {
+                self.follow(w, cfg, &r, now, &mut out);
+            }
         }
         if self.fleet.following && r.state == State::HalfOpen && r.generation == self.fleet.stage_generation {
             self.fleet.granted = r.granted_here;

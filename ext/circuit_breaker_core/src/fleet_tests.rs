@@ -330,6 +330,46 @@ fn one_process_sends_for_a_shared_record_until_it_goes_silent() {
 }
 
 #[test]
+fn the_reply_to_a_hosts_own_reset_keeps_the_calls_recorded_since() {
+    let mut h = Host::new(config(|_| {}));
+    h.receive(&reply(1, State::Closed, 1, 0), 0);
+    h.b.trip(&mut h.w, &h.cfg, 0);
+    h.receive(&reply(2, State::Open, 2, 7), 0);
+    h.b.reset(&mut h.w, &h.cfg, SEC);
+    assert_eq!(h.report(SEC)[7], 2, "the reset goes out");
+    let p = h.admit(SEC).expect("closed");
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, SEC);
+    assert!(h.receive(&reply(3, State::Closed, 3, 7), SEC).is_empty());
+    assert_eq!(h.w.counts(SEC).failures, 1, "not emptied a second time");
+    // Another host's reset! still resets this one.
+    assert!(h.receive(&reply(4, State::Closed, 4, 7), SEC).is_empty());
+    assert_eq!(h.w.counts(SEC).total, 0);
+}
+
+#[test]
+fn a_hosts_own_trip_is_followed_whether_its_push_or_its_reply_comes_first() {
+    let cfg = config(|o| o.open_duration = 10.0);
+    let mut applied = reply(2, State::Open, 2, 7);
+    applied[6] = 10_000;
+    let mut pushed = applied;
+    pushed[0] = 2;
+    for push_first in [false, true] {
+        let mut h = Host::new(cfg.clone());
+        h.receive(&reply(1, State::Closed, 1, 0), 0);
+        h.b.trip(&mut h.w, &h.cfg, 0);
+        h.report(0);
+        if push_first {
+            h.receive(&pushed, 0);
+        }
+        h.receive(&applied, 0);
+        // Its own timer ends the opening; the fleet's stage and grants
+        // decide its probes (docs/fleet.md, "How a host enforces the fleet").
+        assert_eq!(h.state(10 * SEC), State::HalfOpen);
+        assert!(h.admit(10 * SEC).is_none(), "push first: {push_first}");
+    }
+}
+
+#[test]
 fn an_action_taken_while_a_send_is_in_flight_goes_out_with_the_next_send() {
     let mut h = Host::new(config(|_| {}));
     h.receive(&reply(1, State::Closed, 1, 0), 0);
