@@ -24,6 +24,26 @@ RSpec.describe RedisServer, :redis do
     expect(redis_server.command("GET", "k")).to be_nil
   end
 
+  it "holds scripts while paused for writes, until unpaused" do
+    redis_server.client_pause
+    expect { redis_server.command("EVAL", "return 1", 0, timeout: 0.5) }.to raise_error(RedisServer::Stuck)
+    redis_server.client_unpause
+    expect(redis_server.command("EVAL", "return 1", 0)).to eq(1)
+  end
+
+  it "replicates to a replica, which REPLICAOF NO ONE promotes" do
+    primary = RedisServer.start(tcp: true)
+    replica = RedisServer.start(replica_of: primary)
+    primary.command("SET", "k3", "v")
+    expect(primary.command("WAIT", 1, 5_000)).to eq(1)
+    primary.crash
+    replica.command("REPLICAOF", "NO", "ONE")
+    expect(replica.command("GET", "k3")).to eq("v")
+    expect(replica.command("SET", "k4", "v")).to eq("OK")
+  ensure
+    [primary, replica].compact.each(&:stop)
+  end
+
   it "refuses writes when out of memory, until the limit goes" do
     redis_server.limit_memory
     expect { redis_server.command("SET", "k2", "v") }.to raise_error(/OOM/)

@@ -21,7 +21,7 @@ class RedisServer
 
   DEADLINE = 30
 
-  attr_reader :dir, :socket, :pid
+  attr_reader :dir, :socket, :pid, :port
 
   # @return [Boolean] whether redis-server is installed (specs skip otherwise)
   def self.available?
@@ -33,10 +33,14 @@ class RedisServer
     new(**options).tap(&:launch)
   end
 
-  def initialize(extra: [])
+  # `tcp:` also listens on a free port of 127.0.0.1 (replicas connect
+  # over TCP); `replica_of:` replicates that server.
+  def initialize(extra: [], tcp: false, replica_of: nil)
     @dir = Dir.mktmpdir("cb-redis-")
     @socket = File.join(@dir, "redis.sock")
+    @port = tcp ? free_port : 0
     @extra = extra
+    @extra += ["--replicaof", "127.0.0.1", replica_of.port.to_s] if replica_of
     @pid = nil
   end
 
@@ -48,11 +52,12 @@ class RedisServer
   # Starts redis-server on the socket (again, after `crash`).
   def launch
     File.delete(@socket) if File.exist?(@socket)
-    args = ["redis-server", "--port", "0", "--unixsocket", @socket, "--unixsocketperm", "700",
+    args = ["redis-server", "--port", @port.to_s, "--bind", "127.0.0.1", "--unixsocket", @socket, "--unixsocketperm", "700",
             "--save", "", "--appendonly", "no", "--dir", @dir, "--daemonize", "no",
             "--logfile", File.join(@dir, "redis.log"), *@extra]
     @pid = Process.spawn(*args, in: File::NULL, out: File::NULL, err: File::NULL, pgroup: true)
     wait_until("redis-server answers PING") { ping? }
+    wait_until("the replica in sync") { command("INFO", "replication").include?("master_link_status:up") } if replicating?
     self
   end
 
@@ -109,7 +114,9 @@ class RedisServer
   end
 
   # Fault helpers (docs/fleet.md, "Outages").
-  def client_pause(ms) = command("CLIENT", "PAUSE", ms, "ALL")
+  # Slow: scripts (writes) wait until `client_unpause`.
+  def client_pause = command("CLIENT", "PAUSE", 600_000, "WRITE")
+  def client_unpause = command("CLIENT", "UNPAUSE")
   def script_flush = command("SCRIPT", "FLUSH")
   def kill_subscribers = command("CLIENT", "KILL", "TYPE", "pubsub")
 
@@ -146,6 +153,15 @@ class RedisServer
   end
 
   private
+
+  def replicating? = @extra.include?("--replicaof")
+
+  def free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.addr[1]
+  ensure
+    server&.close
+  end
 
   def kill(signal)
     return unless @pid
