@@ -14,7 +14,8 @@
 -- Reply: {1, epoch, version, state, generation, reason, open remaining (ms),
 --         backed-off open length (ms), stage, stage elapsed (ms),
 --         total, failures, slow calls, live hosts, slots granted to this host,
---         slots granted in all, probes passed, probes failed, applied}
+--         slots granted in all, probes passed, probes failed, applied,
+--         round elapsed (ms)}
 -- A change that was applied is also published: the same reply with 2 in
 -- front (pushed, not an answer to the receiver's send) and no grant.
 -- Or {-1} when a key held something malformed (it is deleted; the next
@@ -39,11 +40,13 @@ local me = ARGV[1]
 local host_ttl, key_ttl, quota = args[2], args[3], args[4]
 
 -- The fleet state: absent means a fleet that never opened (epoch = now).
+-- rt, the round's start, may be missing (a state an older gem wrote): the
+-- stage's start then.
 local f = {'e', 'v', 's', 'g', 'r', 'u', 'b', 'i', 't'}
 local raw = redis.call('HMGET', state, unpack(f))
 local st = {}
 if raw[1] == false then
-  st = {e = now, v = 0, s = 0, g = 0, r = 0, u = 0, b = 0, i = 0, t = now}
+  st = {e = now, v = 0, s = 0, g = 0, r = 0, u = 0, b = 0, i = 0, t = now, rt = now}
 else
   for n, name in ipairs(f) do
     st[name] = int(raw[n])
@@ -51,6 +54,12 @@ else
       redis.call('DEL', state)
       return {-1}
     end
+  end
+  local rt = redis.call('HGET', state, 'rt')
+  st.rt = rt and int(rt) or st.t
+  if st.rt == nil then
+    redis.call('DEL', state)
+    return {-1}
   end
 end
 
@@ -60,15 +69,17 @@ if kind == 2 or (kind == 1 and args[13] == st.v) then
   st.v = st.v + 1
   st.g = st.g + 1
   -- A new round of the same stage keeps the stage's start (t): what
-  -- min_stage_duration counts from.
+  -- min_stage_duration counts from. Every change starts a round (rt):
+  -- what half_open_timeout counts from.
   local same_stage = st.s == HALF_OPEN and args[14] == HALF_OPEN and args[18] == st.i and kind == 1
   st.s, st.r, st.b, st.i = args[14], args[15], args[17], args[18]
   if not same_stage then st.t = now end
+  st.rt = now
   st.u = (st.s == OPEN) and (now + args[16]) or 0
   applied = 1
 end
 redis.call('HSET', state, 'e', st.e, 'v', st.v, 's', st.s, 'g', st.g, 'r', st.r,
-  'u', st.u, 'b', st.b, 'i', st.i, 't', st.t)
+  'u', st.u, 'b', st.b, 'i', st.i, 't', st.t, 'rt', st.rt)
 redis.call('PEXPIRE', state, key_ttl)
 
 -- The other live hosts' reports; stale ones are dropped.
@@ -119,7 +130,7 @@ end
 local remaining = 0
 if st.s == OPEN then remaining = math.max(st.u - now, 0) end
 local reply = {1, st.e, st.v, st.s, st.g, st.r, remaining, st.b, st.i, now - st.t,
-  total, failures, slow, live, mine, granted, passed, failed, applied}
+  total, failures, slow, live, mine, granted, passed, failed, applied, now - st.rt}
 if applied == 1 then
   local pushed = {unpack(reply)}
   pushed[1], pushed[15] = 2, 0

@@ -56,8 +56,13 @@ pub struct Reply {
     /// The backed-off length of the fleet's last opening.
     pub open_base: Nanos,
     pub stage: u32,
-    /// Time since the fleet's current stage (or state) began.
+    /// Time since the fleet's current stage (or state) began
+    /// (`min_stage_duration` counts from it).
     pub stage_elapsed: Nanos,
+    /// Time since the current round of the stage began: every change of
+    /// the fleet state starts one (`half_open_timeout` counts from it, as
+    /// on a host, docs/semantics-permits.md).
+    pub round_elapsed: Nanos,
     /// The live hosts' windows, summed.
     pub counts: Counts,
     pub hosts: u32,
@@ -69,7 +74,7 @@ pub struct Reply {
 }
 
 /// Length of the script's reply.
-pub const REPLY_LEN: usize = 19;
+pub const REPLY_LEN: usize = 20;
 
 fn state_of(code: i64) -> Option<State> {
     Some(match code {
@@ -130,6 +135,7 @@ impl Reply {
             open_base: ms_at(7)?,
             stage: u32_at(8)?,
             stage_elapsed: ms_at(9)?,
+            round_elapsed: ms_at(19)?,
             counts: Counts { total: u64_at(10)?, failures: u64_at(11)?, slow_calls: u64_at(12)? },
             hosts: u32_at(13)?,
             granted_here: u32_at(14)?,
@@ -175,7 +181,7 @@ pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal
         }
         State::Open if r.remaining == 0 => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, 0),
         State::HalfOpen => {
-            if cfg.half_open_timeout.is_some_and(|t| r.stage_elapsed >= t) {
+            if cfg.half_open_timeout.is_some_and(|t| r.round_elapsed >= t) {
                 return reopen(Reason::HalfOpenTimeout);
             }
             match verdict(r.passed, r.failed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate) {

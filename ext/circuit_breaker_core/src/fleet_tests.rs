@@ -124,6 +124,29 @@ fn an_open_fleet_turns_half_open_when_redis_says_no_time_remains() {
 }
 
 #[test]
+fn half_open_timeout_counts_from_the_rounds_start_and_min_stage_duration_from_the_stages() {
+    // min_stage_duration may equal half_open_timeout (docs/semantics-permits.md):
+    // a round that passes at or after it advances the stage.
+    let cfg = config(|o| {
+        o.half_open_calls = 2;
+        o.ramp = vec![0.5, 1.0];
+        o.half_open_timeout = Some(10.0);
+        o.min_stage_duration = 10.0;
+    });
+    let judge = |stage_ms, round_ms, passed| {
+        let mut v = reply(9, State::HalfOpen, 9, 5);
+        v[9] = stage_ms;
+        v[16] = passed;
+        v[19] = round_ms;
+        decide(&cfg, &Reply::parse(&v).unwrap(), None).map(|p| (p.state, p.reason, p.stage))
+    };
+    assert_eq!(judge(12_000, 3_000, 2), Some((State::HalfOpen, Reason::ProbesPassed, 1)), "a later round advances");
+    assert_eq!(judge(12_000, 3_000, 1), None, "a stage older than the timeout waits for its round");
+    assert_eq!(judge(4_000, 3_000, 2), Some((State::HalfOpen, Reason::CoolDownElapsed, 0)), "too early: a new round");
+    assert_eq!(judge(12_000, 10_000, 1), Some((State::Open, Reason::HalfOpenTimeout, 0)), "a round times out");
+}
+
+#[test]
 fn the_fleets_stage_is_judged_on_summed_probes_with_the_hosts_rule() {
     let cfg = config(|o| {
         o.half_open_calls = 4;

@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+# lib/circuit_breaker/fleet.lua run by a real redis-server, where what it
+# keeps cannot be seen through a breaker without waiting (docs/fleet.md).
+RSpec.describe "The fleet script", :redis do
+  let(:tag) { "script-#{SecureRandom.hex(4)}" }
+  let(:keys) { ["circuit_breaker:{#{tag}}:hosts", "circuit_breaker:{#{tag}}:state"] }
+
+  def half_open = 2 # the state's code in the script
+
+  # One send of host "h" (ARGV as lib/circuit_breaker/fleet.lua lists them);
+  # returns the reply.
+  def send_report(kind: 0, expected: -1, state: 0, stage: 0)
+    redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, "h", 1_000, 60_000, 2,
+                         0, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, "#{tag}:changed")
+  end
+
+  # Moves the stage's start (and the round's, unless `round: false`) `ms` back.
+  def age(ms, round: true)
+    t = Integer(redis_server.command("HGET", keys[1], "t")) - ms
+    redis_server.command("HSET", keys[1], "t", t, *(round ? ["rt", t] : []))
+  end
+
+  it "keeps the stage's start over a new round of the stage, and starts the round's" do
+    send_report(kind: 2, state: half_open) # a command: half-open, stage 0, version 1
+    age(5_000)
+    reply = send_report(kind: 1, expected: 1, state: half_open) # the stage starts over
+    stage_elapsed, round_elapsed = reply[9], reply[19]
+    expect(stage_elapsed).to be >= 5_000 # min_stage_duration counts from here
+    expect(round_elapsed).to be < 5_000 # half_open_timeout from here
+  end
+
+  it "reads a state with no round start (an older gem wrote it) as one round since the stage began" do
+    send_report(kind: 2, state: half_open)
+    redis_server.command("HDEL", keys[1], "rt")
+    age(5_000, round: false)
+    reply = send_report
+    expect(reply[19]).to eq(reply[9])
+    expect(reply[9]).to be >= 5_000
+  end
+end
