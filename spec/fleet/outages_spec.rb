@@ -102,13 +102,16 @@ RSpec.describe "CircuitBreaker fleet: outages", :redis do
       failover = lambda do |_|
         # Unlike a restart, the promoted replica holds the fleet's keys.
         expect(replica.command("KEYS", "circuit_breaker:*{#{name}-*").size).to eq(4)
-        replica.command("REPLICAOF", "NO", "ONE")
         File.symlink(replica.socket, "#{link}.new")
         File.rename("#{link}.new", link)
         replica
       end
       crash = lambda do |s|
         s.command("WAIT", 1, 5_000) # what the hosts wrote so far is on the replica
+        # Promoted before the primary dies (the hosts still use the
+        # primary's address): a replica left to reconnect could sync from
+        # whatever listens on the port next.
+        replica.command("REPLICAOF", "NO", "ONE")
         s.crash
       end
       survives(primary, "unix://#{link}", inject: crash, recover: failover)

@@ -36,8 +36,10 @@ RSpec.describe RedisServer, :redis do
     replica = RedisServer.start(replica_of: primary)
     primary.command("SET", "k3", "v")
     expect(primary.command("WAIT", 1, 5_000)).to eq(1)
-    primary.crash
+    # Promoted before the primary dies: a replica left to reconnect could
+    # sync from whatever listens on the port next.
     replica.command("REPLICAOF", "NO", "ONE")
+    primary.crash
     expect(replica.command("GET", "k3")).to eq("v")
     expect(replica.command("SET", "k4", "v")).to eq("OK")
   ensure
