@@ -92,6 +92,28 @@ RSpec.describe "CircuitBreaker fleet: outages", :redis do
     survives(redis_server, redis_server.url, inject: lambda(&:limit_memory), recover: ->(s) { s.tap(&:unlimit_memory) })
   end
 
+  it "follows the fleet's opening again once back, even if the fleet has not changed meanwhile" do
+    clock = CircuitBreaker::ManualClock.new
+    breaker = fleet_breaker(redis_server.url, "rejoin", open_duration: 60, clock: clock)
+    wait_until(what: "connected") { breaker.metrics[:fleet] == :connected }
+    breaker.trip!
+    wait_until(what: "the trip! applied in Redis") do
+      srv, k = key(redis_server, breaker, "state")
+      srv.command("HGET", k, "s") == "1"
+    end
+    redis_server.client_pause
+    wait_until(what: "degraded") { breaker.metrics[:fleet] == :degraded }
+    # On its own, the host's clock ends its opening: it probes.
+    clock.advance(61)
+    expect(breaker.state).to eq(:half_open)
+    redis_server.client_unpause
+    wait_until(what: "connected again") { breaker.metrics[:fleet] == :connected }
+    # Redis's clock says the fleet is open for about a minute more: the
+    # host enforces it again, though the fleet's version did not move.
+    wait_until(what: "the fleet's opening followed") { breaker.state == :open }
+    expect { breaker.call { :not_run } }.to raise_error(CircuitBreaker::OpenError)
+  end
+
   it "survives a failover: the primary killed, its replica promoted (REPLICAOF NO ONE) and the address moved to it" do
     primary = RedisServer.start(tcp: true)
     replica = RedisServer.start(replica_of: primary)

@@ -453,6 +453,11 @@ impl Breaker {
             return out;
         }
         // What was sent has been applied (or lost a compare-and-set).
+        // A host back from a failed send (it ran on its own breaker
+        // meanwhile) follows the fleet's opening or stage again even if the
+        // fleet has not moved since: the version it saw before is no reason
+        // to keep ignoring it (docs/fleet.md, "Degraded mode").
+        let rejoined = !self.fleet.connected && matches!(r.state, State::Open | State::HalfOpen);
         self.fleet.connected = true;
         // The reply to this host's own manual action: the script applied
         // it and answered with the state it made, which this host entered
@@ -464,7 +469,7 @@ impl Breaker {
             self.fleet.command = None;
         }
         self.fleet.proposal = None;
-        if own || (r.epoch, r.version) != (self.fleet.epoch, self.fleet.version) {
+        if own || rejoined || (r.epoch, r.version) != (self.fleet.epoch, self.fleet.version) {
             self.fleet.epoch = r.epoch;
             self.fleet.version = r.version;
             if own && r.state == State::Closed {

@@ -292,6 +292,26 @@ fn a_failed_send_detaches_the_host_to_its_own_probe_quota() {
     assert!(h.b.fleet_receive(&mut h.w, &h.cfg, Some(&[-1]), 0).is_empty(), "malformed is degraded too");
 }
 
+#[test]
+fn a_host_back_from_a_failed_send_follows_the_fleet_it_had_followed() {
+    let mut h = Host::new(config(|_| {}));
+    let mut v = reply(2, State::Open, 2, 1);
+    v[6] = 5_000;
+    h.receive(&v, 0);
+    // Redis paused: on its own, the host's opening ends after the 5 s it
+    // followed (its clock ahead of Redis's), and it probes.
+    assert!(h.b.fleet_receive(&mut h.w, &h.cfg, None, SEC).is_empty());
+    assert_eq!(h.state(6 * SEC), State::HalfOpen);
+    assert!(h.admit(6 * SEC).is_some(), "its own breaker: its own probe");
+    // Back, the fleet unchanged (same version), open for 3 s more by Redis.
+    v[6] = 3_000;
+    assert_eq!(h.receive(&v, 7 * SEC), vec![(State::HalfOpen, State::Open, Reason::ErrorRate)]);
+    assert!(h.admit(7 * SEC).is_none(), "the fleet's opening is enforced again");
+    assert_eq!(h.b.remaining(7 * SEC), 3 * SEC);
+    // Connected again, the same version changes nothing.
+    assert!(h.receive(&v, 8 * SEC).is_empty());
+}
+
 /// The script's grant arithmetic (lib/circuit_breaker/fleet.lua), modelled
 /// here only to drive several hosts through one stage.
 #[test]
