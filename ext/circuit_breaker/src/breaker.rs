@@ -129,17 +129,40 @@ fn state_sym(ruby: &Ruby, s: State) -> Symbol {
     id.into_symbol_with(ruby)
 }
 
+// Symbols from interned ids: magnus's `to_symbol(&str)` builds a String
+// each time, an allocation per `metrics` or event.
+static REASONS: [LazyId; 8] = [
+    LazyId::new("error_rate"),
+    LazyId::new("slow_call_rate"),
+    LazyId::new("probe_failed"),
+    LazyId::new("probes_passed"),
+    LazyId::new("cool_down_elapsed"),
+    LazyId::new("half_open_timeout"),
+    LazyId::new("probe_timeout"),
+    LazyId::new("manual"),
+];
+static ID_HOST: LazyId = LazyId::new("host");
+static ID_PROCESS: LazyId = LazyId::new("process");
+
+fn sym(ruby: &Ruby, id: &LazyId) -> Symbol {
+    let id: OpaqueId = **id;
+    id.into_symbol_with(ruby)
+}
+
 fn reason_sym(ruby: &Ruby, r: Reason) -> Symbol {
-    ruby.to_symbol(match r {
-        Reason::ErrorRate => "error_rate",
-        Reason::SlowCallRate => "slow_call_rate",
-        Reason::ProbeFailed => "probe_failed",
-        Reason::ProbesPassed => "probes_passed",
-        Reason::CoolDownElapsed => "cool_down_elapsed",
-        Reason::HalfOpenTimeout => "half_open_timeout",
-        Reason::ProbeTimeout => "probe_timeout",
-        Reason::Manual => "manual",
-    })
+    sym(
+        ruby,
+        &REASONS[match r {
+            Reason::ErrorRate => 0,
+            Reason::SlowCallRate => 1,
+            Reason::ProbeFailed => 2,
+            Reason::ProbesPassed => 3,
+            Reason::CoolDownElapsed => 4,
+            Reason::HalfOpenTimeout => 5,
+            Reason::ProbeTimeout => 6,
+            Reason::Manual => 7,
+        }],
+    )
 }
 
 fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
@@ -195,7 +218,7 @@ fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u64) -> Resu
         &|| c.opened.into_value_with(ruby),
         &|| m.tripped.map(|t| t.error_rate()).into_value_with(ruby),
         &|| m.tripped.map(|t| t.slow_call_rate()).into_value_with(ruby),
-        &|| ruby.to_symbol(if host_wide { "host" } else { "process" }).as_value(),
+        &|| sym(ruby, if host_wide { &ID_HOST } else { &ID_PROCESS }).as_value(),
         &|| dropped.into_value_with(ruby),
     ];
     for (key, value) in KEYS.iter().zip(values) {
