@@ -36,7 +36,8 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       writer.sync = true # exit! below skips flushing
       @pid = fork do
         @reader.close
-        gate.wait_open
+        gate.forget_parent_end
+        gate.wait
         result = yield
         writer.write(Marshal.dump([:ok, result]))
       rescue Exception => e # rubocop:disable Lint/RescueException
@@ -61,25 +62,8 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     end
   end
 
-  # Holds forked hosts until every one is ready.
-  class Gate
-    def initialize
-      @reader, @writer = IO.pipe
-    end
-
-    def wait_open
-      @writer.close
-      @reader.read
-    end
-
-    def open!
-      @reader.close
-      @writer.close
-    end
-  end
-
   it "opens every host when the hosts' failures together cross the threshold, though no host alone would" do
-    gate = Gate.new
+    gate = ProcessGate.new
     hosts = Array.new(4) do
       Host.new(gate) do
         breaker = fleet_breaker(min_calls: 20)
@@ -106,7 +90,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
   end
 
   it "brings trip!, force_open!, disable! and reset! on one host to every host" do
-    gate = Gate.new
+    gate = ProcessGate.new
     acks_r, acks_w = IO.pipe
     acks_w.sync = true
     hosts = Array.new(3) do
@@ -143,7 +127,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
   end
 
   it "lets no more than half_open_calls probes through per stage across all hosts" do
-    gate = Gate.new
+    gate = ProcessGate.new
     # Probes that never report (allow? with no record_*, probe_timeout: false): the stage's slots
     # stay taken, so every probe any host admitted is counted.
     hosts = Array.new(4) do

@@ -145,32 +145,6 @@ module SharedProcesses
       message
     end
   end
-
-  # A barrier across processes: children `wait` until the parent `open!`s
-  # it, which releases them all at once (their pipe reaches end of file).
-  class Gate
-    def initialize
-      @reader, @writer = IO.pipe
-    end
-
-    # In a child: blocks until the parent opens the gate.
-    def wait(within: DEADLINE)
-      raise Stuck, "gate not opened within #{within}s" unless IO.select([@reader], nil, nil, within)
-
-      @reader.read(1)
-      nil
-    end
-
-    # In the parent: releases every waiting child.
-    def open!
-      @writer.close unless @writer.closed?
-    end
-
-    # In a child: the parent's end must not stay open there too.
-    def forget_parent_end
-      @writer.close unless @writer.closed?
-    end
-  end
 end
 
 RSpec.describe CircuitBreaker, "shared: between processes", :integration, :shared_memory do
@@ -199,7 +173,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
 
   # A gate made before the workers that wait on it are forked.
   def gate
-    SharedProcesses::Gate.new.tap { |g| @gates << g }
+    ProcessGate.new.tap { |g| @gates << g }
   end
 
   # Forks a child that runs the block with `out` (a proc sending a value to

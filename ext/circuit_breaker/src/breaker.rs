@@ -118,19 +118,18 @@ static ID_REJECTED: LazyId = LazyId::new("__rejected");
 static ID_CALL: LazyId = LazyId::new("call");
 
 fn state_sym(ruby: &Ruby, s: State) -> Symbol {
-    let id: &LazyId = match s {
-        State::Closed => &ID_CLOSED,
-        State::Open => &ID_OPEN,
-        State::HalfOpen => &ID_HALF_OPEN,
-        State::ForcedOpen => &ID_FORCED_OPEN,
-        State::Disabled => &ID_DISABLED,
-    };
-    let id: OpaqueId = **id;
-    id.into_symbol_with(ruby)
+    sym(
+        ruby,
+        match s {
+            State::Closed => &ID_CLOSED,
+            State::Open => &ID_OPEN,
+            State::HalfOpen => &ID_HALF_OPEN,
+            State::ForcedOpen => &ID_FORCED_OPEN,
+            State::Disabled => &ID_DISABLED,
+        },
+    )
 }
 
-// Symbols from interned ids: magnus's `to_symbol(&str)` builds a String
-// each time, an allocation per `metrics` or event.
 static REASONS: [LazyId; 8] = [
     LazyId::new("error_rate"),
     LazyId::new("slow_call_rate"),
@@ -144,6 +143,8 @@ static REASONS: [LazyId; 8] = [
 static ID_HOST: LazyId = LazyId::new("host");
 static ID_PROCESS: LazyId = LazyId::new("process");
 
+/// The symbol of an interned id: magnus's `to_symbol(&str)` builds a String
+/// each time, an allocation per `metrics` or event.
 fn sym(ruby: &Ruby, id: &LazyId) -> Symbol {
     let id: OpaqueId = **id;
     id.into_symbol_with(ruby)
@@ -660,7 +661,7 @@ impl Breaker {
         // Closed (the common case): no lock, nothing to change, and a
         // missing block is noticed when yielding fails (below), which spares
         // every call a VM call (docs/performance.md).
-        let permit = match this.shared.admitting() {
+        let permit = match this.shared.published().admitting() {
             Some(p) => p,
             None => {
                 if !ruby.block_given() {

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
 use circuit_breaker_core::shm::{Key, MappedRecord, ShmError};
-use circuit_breaker_core::{Counts, HeapStore, Nanos, Permit, Published, Record, Store as CoreStore, WindowSpec};
+use circuit_breaker_core::{Counts, HeapStore, Nanos, Published, Record, Store as CoreStore, WindowSpec};
 use magnus::{
     method,
     prelude::*,
@@ -201,12 +201,6 @@ impl Shared {
     /// (its counters are host-wide).
     pub fn is_mapped(&self) -> bool {
         matches!(self.store, Store::Mapped(..))
-    }
-
-    /// A permit taken without the lock, when the breaker admits every call.
-    #[inline]
-    pub fn admitting(&self) -> Option<Permit> {
-        self.published().admitting()
     }
 
     /// Gives up a claim whose breaker could not be built.
