@@ -108,19 +108,51 @@ impl Clock for CoarseClock {
 #[cfg(all(target_os = "linux", not(feature = "portable")))]
 mod sys {
     use super::Nanos;
+    use std::sync::OnceLock;
 
     // time_t and c_long are i32 on 32-bit targets: the casts are needed there.
+    // Plain arithmetic: the clocks read here count from boot (and a
+    // resolution is a tick), ages away from overflowing.
     #[allow(clippy::unnecessary_cast)]
-    fn to_nanos(ts: libc::timespec) -> Nanos {
-        (ts.tv_sec as i64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as i64)
+    #[inline]
+    pub(super) fn to_nanos(ts: libc::timespec) -> Nanos {
+        (ts.tv_sec as i64) * 1_000_000_000 + ts.tv_nsec as i64
     }
 
+    pub(super) type ClockGettime = unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> libc::c_int;
+
+    /// The kernel's `clock_gettime` in the vDSO, called directly: for the
+    /// coarse clock, libc's wrapper around it costs about as much again
+    /// (docs/performance.md). Resolved once, through the handle glibc gives
+    /// the vDSO; without one (no vDSO, another libc), libc's function.
+    fn gettime() -> ClockGettime {
+        static GETTIME: OnceLock<ClockGettime> = OnceLock::new();
+        *GETTIME.get_or_init(|| vdso_gettime().unwrap_or(libc::clock_gettime))
+    }
+
+    pub(super) fn vdso_gettime() -> Option<ClockGettime> {
+        // SAFETY: RTLD_NOLOAD only looks the object up; the handle is never
+        // closed, so the vDSO (mapped for the process's lifetime) stays.
+        let vdso = unsafe { libc::dlopen(b"linux-vdso.so.1\0".as_ptr().cast(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if vdso.is_null() {
+            return None;
+        }
+        // The name on x86 and RISC-V, then on arm64, PowerPC and s390.
+        [&b"__vdso_clock_gettime\0"[..], b"__kernel_clock_gettime\0"].iter().find_map(|name| {
+            // SAFETY: a symbol lookup in a live handle.
+            let f = unsafe { libc::dlsym(vdso, name.as_ptr().cast()) };
+            // SAFETY: the vDSO's clock_gettime has clock_gettime's signature.
+            (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut libc::c_void, ClockGettime>(f) })
+        })
+    }
+
+    #[inline]
     fn read(clock: libc::clockid_t) -> Nanos {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid, writable timespec; both clocks read here
         // exist on every Linux Ruby runs on (2.6.32 and later), so the call
         // cannot fail.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
+        unsafe { gettime()(clock, &mut ts) };
         to_nanos(ts)
     }
 
@@ -265,6 +297,24 @@ mod tests {
             }
         };
         assert!(coarse <= fine + res && fine <= coarse + 2 * res + 1_000_000, "{fine} {coarse} {res}");
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "portable")))]
+    fn the_vdso_clock_reads_what_libc_reads() {
+        let vdso = sys::vdso_gettime().expect("glibc hands out the vDSO");
+        let read = |f: sys::ClockGettime, clock| {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a valid, writable timespec.
+            assert_eq!(unsafe { f(clock, &mut ts) }, 0);
+            sys::to_nanos(ts)
+        };
+        for clock in [libc::CLOCK_MONOTONIC, libc::CLOCK_MONOTONIC_COARSE] {
+            let before = read(libc::clock_gettime, clock);
+            let direct = read(vdso, clock);
+            let after = read(libc::clock_gettime, clock);
+            assert!(before <= direct && direct <= after, "{clock}: {before} {direct} {after}");
+        }
     }
 
     #[test]

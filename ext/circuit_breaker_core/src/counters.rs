@@ -11,7 +11,7 @@
 //! happened, even though it decides nothing); a rejected call is never in
 //! `calls`.
 
-use crate::state::Outcome;
+use crate::window::Mark;
 
 /// What happened to a breaker's calls since it was created.
 #[repr(C)]
@@ -33,22 +33,18 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// Counts one settled call; `is_slow` decides slowness (the window's
-    /// rule, [`Window::is_slow`](crate::window::Window::is_slow)).
+    /// Counts one settled call, marked as the window counts it (None: it
+    /// ended without an outcome).
     #[inline]
-    pub fn settled(&mut self, outcome: Outcome, is_slow: impl FnOnce(f64) -> bool) {
+    pub fn settled(&mut self, mark: Option<Mark>) {
         self.calls = self.calls.saturating_add(1);
-        let (success, duration_ns) = match outcome {
-            Outcome::Success { duration_ns } => (true, duration_ns),
-            Outcome::Failure { duration_ns } => (false, duration_ns),
-            Outcome::Released => return,
-        };
-        if success {
-            self.successes = self.successes.saturating_add(1);
-        } else {
+        let Some(m) = mark else { return };
+        if m.failure {
             self.failures = self.failures.saturating_add(1);
+        } else {
+            self.successes = self.successes.saturating_add(1);
         }
-        if is_slow(duration_ns) {
+        if m.slow {
             self.slow = self.slow.saturating_add(1);
         }
     }
@@ -72,17 +68,17 @@ mod tests {
     #[test]
     fn a_settled_call_counts_by_outcome_and_duration() {
         let mut c = Counters::default();
-        c.settled(Outcome::Success { duration_ns: 1.0e6 }, |d| d >= 10e6);
-        c.settled(Outcome::Success { duration_ns: 10.0e6 }, |d| d >= 10e6);
-        c.settled(Outcome::Failure { duration_ns: 20.0e6 }, |d| d >= 10e6);
-        c.settled(Outcome::Released, |_| unreachable!());
+        c.settled(Some(Mark { failure: false, slow: false }));
+        c.settled(Some(Mark { failure: false, slow: true }));
+        c.settled(Some(Mark { failure: true, slow: true }));
+        c.settled(None);
         assert_eq!(c, Counters { calls: 4, successes: 2, failures: 1, slow: 2, rejected: 0, opened: 0 });
     }
 
     #[test]
     fn counters_saturate_instead_of_overflowing() {
         let mut c = Counters { calls: u64::MAX, rejected: u64::MAX, opened: u64::MAX, ..Counters::default() };
-        c.settled(Outcome::Failure { duration_ns: 0.0 }, |d| d >= 1e6);
+        c.settled(Some(Mark { failure: true, slow: false }));
         c.rejected();
         c.opened();
         assert_eq!((c.calls, c.failures, c.rejected, c.opened), (u64::MAX, 1, u64::MAX, u64::MAX));

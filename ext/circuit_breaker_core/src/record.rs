@@ -149,7 +149,7 @@ extern "C" fn count_fork_in_child() {
 }
 
 /// How many times this process is a fork of its ancestors' records.
-fn forks() -> u64 {
+pub(crate) fn forks() -> u64 {
     static HOOK: std::sync::Once = std::sync::Once::new();
     // SAFETY: registers a handler that only bumps an atomic counter, which
     // is async-signal-safe as a child handler of fork must be.
@@ -174,15 +174,15 @@ impl HeapRecord {
     /// freed what its parent's other threads held.
     #[inline]
     pub fn get(&mut self) -> &mut Record {
-        self.after_forks();
+        self.after_forks(forks());
         self.record_mut()
     }
 
-    /// In a forked child, on the first use since the fork: frees what the
-    /// parent's other threads held (`Breaker::after_fork`).
+    /// In a forked child, on the first use since the fork (`forks` is the
+    /// process's count now): frees what the parent's other threads held
+    /// (`Breaker::after_fork`).
     #[inline]
-    pub fn after_forks(&mut self) {
-        let forks = forks();
+    pub fn after_forks(&mut self, forks: u64) {
         if forks != self.forks_seen {
             self.forks_seen = forks;
             self.record_mut().breaker.after_fork();

@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::counters::Counters;
 use crate::fleet::HostSide;
 use crate::ramp::{Cohort, Stage, Verdict, TAG_LIMIT};
-use crate::window::{Buckets, Counts, Slots, Window};
+use crate::window::{Buckets, Counts, Mark, Slots, Window};
 
 /// The breaker's states.
 #[repr(u8)]
@@ -169,6 +169,18 @@ pub enum Outcome {
     /// Ended without an outcome (ignored error, killed thread…): nothing is
     /// recorded and a probe slot is given back.
     Released,
+}
+
+impl Outcome {
+    /// How `w` counts this call; None when it ended without an outcome.
+    #[inline]
+    fn mark<S: Slots, B: Buckets>(self, w: &Window<S, B>) -> Option<Mark> {
+        match self {
+            Outcome::Success { duration_ns } => Some(w.mark(duration_ns, true)),
+            Outcome::Failure { duration_ns } => Some(w.mark(duration_ns, false)),
+            Outcome::Released => None,
+        }
+    }
 }
 
 /// The breaker and its window at one instant.
@@ -368,6 +380,7 @@ impl Breaker {
 
     /// Settles a permitted call finished at `now`. An outcome from an
     /// older generation, or of a probe that timed out, is dropped.
+    #[inline(always)]
     pub fn complete<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
@@ -378,24 +391,24 @@ impl Breaker {
     ) -> Transitions {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
-        self.counters.settled(outcome, |d| w.is_slow(d));
+        let mark = outcome.mark(w);
+        self.counters.settled(mark);
         if !same_generation(permit.generation, self.generation) {
             return out;
         }
         if self.state == State::HalfOpen && permit.probe && !self.stage.settle(permit.cohort) {
             return out;
         }
-        match (self.state, outcome) {
-            (State::HalfOpen, Outcome::Released) if permit.probe => self.stage.release(),
-            (State::HalfOpen, Outcome::Success { duration_ns } | Outcome::Failure { duration_ns }) if permit.probe => {
-                let success = matches!(outcome, Outcome::Success { .. });
-                w.record(duration_ns, success, now);
-                let passed = success && !w.is_slow(duration_ns);
+        match (self.state, mark) {
+            (State::HalfOpen, None) if permit.probe => self.stage.release(),
+            (State::HalfOpen, Some(m)) if permit.probe => {
+                w.add(m, now);
+                let passed = !m.failure && !m.slow;
                 let verdict = self.stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
                 self.fleet.probe_finished(passed);
                 self.judge(self.fleet.restrain(verdict), Reason::ProbeFailed, w, cfg, now, &mut out);
             }
-            (State::Closed | State::Disabled, _) => self.record_closed(w, cfg, outcome, now, &mut out),
+            (State::Closed | State::Disabled, Some(m)) => self.record_closed(w, cfg, m, now, &mut out),
             _ => {}
         }
         out
@@ -413,8 +426,11 @@ impl Breaker {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         if matches!(self.state, State::Closed | State::Disabled) {
-            self.counters.settled(outcome, |d| w.is_slow(d));
-            self.record_closed(w, cfg, outcome, now, &mut out);
+            let mark = outcome.mark(w);
+            self.counters.settled(mark);
+            if let Some(m) = mark {
+                self.record_closed(w, cfg, m, now, &mut out);
+            }
         }
         out
     }
@@ -547,21 +563,16 @@ impl Breaker {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn record_closed<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
         cfg: &Config,
-        outcome: Outcome,
+        m: Mark,
         now: Nanos,
         out: &mut Transitions,
     ) {
-        let (success, duration_ns) = match outcome {
-            Outcome::Success { duration_ns } => (true, duration_ns),
-            Outcome::Failure { duration_ns } => (false, duration_ns),
-            Outcome::Released => return,
-        };
-        w.record(duration_ns, success, now);
+        w.add(m, now);
         if self.state != State::Closed {
             return;
         }

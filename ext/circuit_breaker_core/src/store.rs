@@ -10,15 +10,15 @@
 //! breaker works the same over either store. Every rule runs on the record
 //! (`state.rs`); a store decides nothing.
 
+use std::cell::UnsafeCell;
 use std::io;
 use std::ops::DerefMut;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-
-use parking_lot::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::clock::Nanos;
 use crate::config::ConfigError;
-use crate::record::{HeapRecord, Record, WindowSpec};
+use crate::record::{forks, HeapRecord, Record, WindowSpec};
 use crate::state::{Decision, Permit, State};
 
 /// What a store publishes after every step, for callers that take no lock:
@@ -106,43 +106,88 @@ pub trait Store {
     }
 }
 
-/// A record in this process's memory.
+/// A record in this process's memory, behind a lock of its own.
+///
+/// The lock is held only for one step of plain Rust (no Ruby code, no
+/// I/O), so it is a word rather than a general mutex: taking it is one
+/// compare-and-swap and releasing it one plain store, where a mutex that
+/// parks waiters releases with a second atomic read-modify-write on every
+/// call (docs/performance.md). The rare waiter (a fleet syncer's thread
+/// against a Ruby thread) polls.
+///
+/// The word says which process took it, as 1 + its fork count: a forked
+/// child inherits the word but not the parent's other threads, so a lock a
+/// parent's thread held when the child was forked is free in the child.
 pub struct HeapStore {
-    record: Mutex<HeapRecord>,
+    /// 0: free; otherwise 1 + [`forks`] of the process that took it.
+    lock: AtomicU64,
+    record: UnsafeCell<HeapRecord>,
     published: Published,
 }
+
+// SAFETY: the record is only reached through a `HeapGuard`, and `lock`
+// hands one out to a single holder at a time (Acquire on taking, Release
+// on giving back); a record is plain data, so it may change threads.
+unsafe impl Sync for HeapStore {}
 
 impl HeapStore {
     /// A new record for a window of `spec`, closed; `seed` seeds the
     /// jitter of its open durations.
     pub fn new(spec: &WindowSpec, seed: u64) -> Result<Self, ConfigError> {
-        Ok(Self { record: Mutex::new(HeapRecord::new(spec, seed)?), published: Published::default() })
+        Ok(Self {
+            lock: AtomicU64::new(0),
+            record: UnsafeCell::new(HeapRecord::new(spec, seed)?),
+            published: Published::default(),
+        })
+    }
+
+    #[inline]
+    fn take(&self) -> Option<HeapGuard<'_>> {
+        let forks = forks();
+        let mine = forks + 1;
+        let taken = match self.lock.compare_exchange(0, mine, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => true,
+            // Held by a thread of an ancestor process, which this process
+            // did not inherit: nobody here will give it back.
+            Err(held) if held != mine => {
+                self.lock.compare_exchange(held, mine, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            }
+            Err(_) => false,
+        };
+        if !taken {
+            return None;
+        }
+        let guard = HeapGuard(self);
+        // SAFETY: the lock is held by this guard alone.
+        unsafe { &mut *self.record.get() }.after_forks(forks);
+        Some(guard)
     }
 }
 
-/// A [`HeapStore`]'s record, held.
-pub struct HeapGuard<'a>(MutexGuard<'a, HeapRecord>);
+/// A [`HeapStore`]'s record, held; dropping it gives the lock back.
+pub struct HeapGuard<'a>(&'a HeapStore);
 
 impl std::ops::Deref for HeapGuard<'_> {
     type Target = Record;
     #[inline]
     fn deref(&self) -> &Record {
-        self.0.record()
+        // SAFETY: the lock is held by this guard alone.
+        unsafe { &*self.0.record.get() }.record()
     }
 }
 
 impl DerefMut for HeapGuard<'_> {
     #[inline]
     fn deref_mut(&mut self) -> &mut Record {
-        self.0.record_mut()
+        // SAFETY: the lock is held by this guard alone.
+        unsafe { &mut *self.0.record.get() }.record_mut()
     }
 }
 
-impl HeapGuard<'_> {
+impl Drop for HeapGuard<'_> {
     #[inline]
-    fn taken(mut guard: MutexGuard<'_, HeapRecord>) -> HeapGuard<'_> {
-        guard.after_forks();
-        HeapGuard(guard)
+    fn drop(&mut self) {
+        self.0.lock.store(0, Ordering::Release);
     }
 }
 
@@ -151,23 +196,28 @@ impl Store for HeapStore {
 
     #[inline]
     fn try_lock(&self) -> io::Result<Option<HeapGuard<'_>>> {
-        Ok(self.record.try_lock().map(HeapGuard::taken))
+        Ok(self.take())
     }
 
     fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<HeapGuard<'_>>> {
-        // Held only for a step of plain Rust (microseconds): waiting in
-        // short slices is enough to notice `stop`.
-        const SLICE: Nanos = 1_000_000;
-        let mut left = wait.max(0);
+        // A holder is done within microseconds unless it was preempted:
+        // spin briefly, then sleep in short slices, noticing `stop`.
+        const SPINS: u32 = 100;
+        const NAP: Duration = Duration::from_micros(50);
+        let deadline = Instant::now().checked_add(Duration::from_nanos(wait.max(0) as u64));
+        let mut tries = 0u32;
         loop {
-            let slice = left.min(SLICE);
-            let taken = self.record.try_lock_for(std::time::Duration::from_nanos(slice as u64));
-            if let Some(guard) = taken {
-                return Ok(Some(HeapGuard::taken(guard)));
+            if let Some(guard) = self.take() {
+                return Ok(Some(guard));
             }
-            left -= slice;
-            if left <= 0 || stop.load(Ordering::Acquire) {
+            if stop.load(Ordering::Acquire) || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
+            }
+            if tries < SPINS {
+                tries += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(NAP);
             }
         }
     }
@@ -218,6 +268,38 @@ mod tests {
         assert!(store.lock_within(Nanos::MAX, &stop).unwrap().is_none(), "stop ends the wait");
         drop(held);
         assert!(store.lock_within(0, &stop).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_lock_held_by_a_thread_of_the_parent_is_free_in_a_forked_child() {
+        let store = std::sync::Arc::new(HeapStore::new(&SPEC, 1).unwrap());
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let _held = store.try_lock().unwrap().expect("free");
+                held_tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            })
+        };
+        held_rx.recv().unwrap();
+        assert!(store.try_lock().unwrap().is_none(), "held in this process");
+        // SAFETY: the child only takes the lock (atomics) and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let freed = matches!(store.try_lock(), Ok(Some(_)));
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(if freed { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
+        assert!(store.try_lock().unwrap().is_none(), "still held in the parent");
+        done_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(store.try_lock().unwrap().is_some());
     }
 
     #[test]

@@ -388,15 +388,35 @@ pub enum Window<S = Box<[u8]>, B = Box<[Bucket]>> {
     Time(TimeWindow<B>),
 }
 
+/// How a window counts one call: what its slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    pub failure: bool,
+    /// It took at least the slow-call threshold ([`Window::is_slow`]).
+    pub slow: bool,
+}
+
 impl<S: Slots, B: Buckets> Window<S, B> {
     /// Records one call that finished at `now` and took `duration_ns`
     /// nanoseconds.
-    #[inline]
     pub fn record(&mut self, duration_ns: f64, success: bool, now: Nanos) {
-        let slow = self.is_slow(duration_ns);
+        self.add(self.mark(duration_ns, success), now);
+    }
+
+    /// How this window counts a call of `duration_ns` nanoseconds; a
+    /// breaker marks a call once and counts the mark twice (its counters,
+    /// its window).
+    #[inline]
+    pub fn mark(&self, duration_ns: f64, success: bool) -> Mark {
+        Mark { failure: !success, slow: self.is_slow(duration_ns) }
+    }
+
+    /// Records one call, marked, that finished at `now`.
+    #[inline]
+    pub fn add(&mut self, m: Mark, now: Nanos) {
         match self {
-            Window::Count(w) => w.record(!success, slow),
-            Window::Time(w) => w.record(!success, slow, now),
+            Window::Count(w) => w.record(m.failure, m.slow),
+            Window::Time(w) => w.record(m.failure, m.slow, now),
         }
     }
 
