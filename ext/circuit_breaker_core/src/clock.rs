@@ -124,10 +124,23 @@ mod sys {
     /// The kernel's `clock_gettime` in the vDSO, called directly: for the
     /// coarse clock, libc's wrapper around it costs about as much again
     /// (docs/performance.md). Resolved once, through the handle glibc gives
-    /// the vDSO; without one (no vDSO, another libc), libc's function.
+    /// the vDSO; without one (no vDSO, another libc), or when something
+    /// interposes `clock_gettime` (`LD_PRELOAD`: libfaketime), the symbol
+    /// as the process resolves it, which is what Ruby's own clock reads.
     fn gettime() -> ClockGettime {
         static GETTIME: OnceLock<ClockGettime> = OnceLock::new();
-        *GETTIME.get_or_init(|| vdso_gettime().unwrap_or(libc::clock_gettime))
+        *GETTIME.get_or_init(|| if interposed() { None } else { vdso_gettime() }.unwrap_or(libc::clock_gettime))
+    }
+
+    /// Whether the process's `clock_gettime` is not glibc's own.
+    pub(super) fn interposed() -> bool {
+        let name = b"clock_gettime\0".as_ptr().cast();
+        // SAFETY: RTLD_NOLOAD only looks up a loaded object; lookups in
+        // live handles. The handle is never closed.
+        unsafe {
+            let libc = libc::dlopen(b"libc.so.6\0".as_ptr().cast(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            libc.is_null() || libc::dlsym(libc, name) != libc::dlsym(libc::RTLD_DEFAULT, name)
+        }
     }
 
     pub(super) fn vdso_gettime() -> Option<ClockGettime> {
@@ -302,6 +315,7 @@ mod tests {
     #[test]
     #[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "portable")))]
     fn the_vdso_clock_reads_what_libc_reads() {
+        assert!(!sys::interposed(), "nothing interposes clock_gettime in the tests");
         let vdso = sys::vdso_gettime().expect("glibc hands out the vDSO");
         let read = |f: sys::ClockGettime, clock| {
             let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
