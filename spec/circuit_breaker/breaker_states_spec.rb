@@ -46,6 +46,19 @@ RSpec.describe CircuitBreaker, "states" do
       expect(events.first.reason).to eq(:error_rate)
     end
 
+    it "returns the block's value from the success that opens it, after a GC in its listener" do
+      breaker = make(min_calls: 4, error_rate_threshold: 0.75)
+      seen = []
+      breaker.on_state_change do |e|
+        seen << e.to
+        GC.start
+      end
+      fail_calls(breaker, 3)
+      value = breaker.call { +"made by the block" }
+      expect(seen).to eq([:open])
+      expect(value).to eq("made by the block")
+    end
+
     it "judges only what is in the window: old failures scroll out of a SlidingWindow" do
       breaker = make(min_calls: 10, error_rate_threshold: 0.5)
       fail_calls(breaker, 4)

@@ -688,6 +688,16 @@ impl Breaker {
 
         let end = this.clock.now();
         let duration_ns = end.saturating_sub(start).max(0) as f64;
+        if let (Ok(value), None) = (&result, this.failure_if) {
+            // The common case, settled without the general matching below.
+            let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, Outcome::Success { duration_ns }, end))?;
+            if !tr.is_empty() {
+                Self::notify(ruby, rb_self, &tr)?;
+            }
+            // Keeps the value where the GC's stack scan sees it while
+            // listeners ran.
+            return Ok(*std::hint::black_box(value));
+        }
         let (outcome, raise_instead) = match &result {
             Ok(value) => match this.failure_if {
                 None => (Outcome::Success { duration_ns }, None),
