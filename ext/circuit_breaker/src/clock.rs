@@ -111,6 +111,10 @@ fn travel(ruby: &Ruby, seconds: Value) -> Result<f64, Error> {
 }
 
 pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
+    // The first reading finds the system clock's function (the vDSO's, or
+    // an interposed one): done here, as the extension loads, rather than in
+    // whichever call or thread reads the clock first.
+    MonotonicClock.now();
     namespace.singleton_class()?.define_private_method("__travel", function!(travel, 1))?;
     let class = namespace.define_class("ManualClock", ruby.class_object())?;
     class.define_alloc_func::<ManualClock>();
