@@ -16,7 +16,7 @@ require "monitor"
 # - trips on `>` (the article's comparison), reads `Time.now` when open, and
 #   raises a fresh `OpenError` (with a backtrace) for every rejected call.
 module ArticleBreaker
-  # The article's CircuitOpenError.
+  # The article's CircuitOpenError (its own class, not the gem's).
   class OpenError < StandardError; end
 
   # Ring of the last `size` calls, each a Hash of its duration and outcome.

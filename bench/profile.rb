@@ -74,7 +74,7 @@ when "rejection"
   while i < n
     begin
       breaker.call { 1 }
-    rescue CircuitOpenError
+    rescue CircuitBreaker::OpenError
       nil
     end
     i += 1

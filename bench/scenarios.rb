@@ -147,7 +147,7 @@ module Bench
       r = Bench.measure({
                           bare: Bench.plain("begin; r.run { 1 }; rescue StandardError; end", r: Bare::Raise.new),
                           article: Bench.plain("begin; r.call { 1 }; rescue ArticleBreaker::OpenError; end", r: article),
-                          gem: Bench.plain("begin; r.call { 1 }; rescue CircuitOpenError; end", r: gem)
+                          gem: Bench.plain("begin; r.call { 1 }; rescue CircuitBreaker::OpenError; end", r: gem)
                         })
       check(gem.state == :open && gem.metrics[:rejected] > rejected, "rejection: #{gem.metrics}")
       name = "open rejection (rescue OpenError)"

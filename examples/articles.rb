@@ -13,6 +13,8 @@
 $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
 require "faraday"
 require "uri"
+# The articles' top-level SlidingWindow and CircuitOpenError, for the snippet below.
+require "circuit_breaker/articles"
 require_relative "support/flaky_upstream"
 
 scale = Float(ENV.fetch("ARTICLES_SCALE", "1.0"))

@@ -63,7 +63,7 @@ SAMPLE = TICK / 20            # seconds between looks at the breaker (chart, ram
 THINK = 0.04 * [scale, 1.0].min # each client thread's pause between calls
 
 upstream = CircuitBreaker::Examples::FlakyUpstream.new(scale: scale, slow_ms: 350)
-window = SlidingWindow.new(size: 50, slow_threshold_ms: SLOW_THRESHOLD_MS)
+window = CircuitBreaker::SlidingWindow.new(size: 50, slow_threshold_ms: SLOW_THRESHOLD_MS)
 config = {
   window: window, name: "orders", min_calls: 10,
   error_rate_threshold: 0.5, slow_rate_threshold: 0.5,
@@ -153,7 +153,7 @@ start_clients = lambda do
           keys << :errors if response.status >= 500
           keys << :slow if ms >= SLOW_THRESHOLD_MS
           count.call(*keys)
-        rescue CircuitOpenError
+        rescue CircuitBreaker::OpenError
           count.call(:attempted, :rejected)
         rescue Faraday::Error
           count.call(:attempted, :admitted, :errors)

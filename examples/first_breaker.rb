@@ -18,7 +18,7 @@ end
   orders.get("/api/orders")
 rescue Faraday::ConnectionFailed
   puts "#{i}: request failed"
-rescue CircuitOpenError => e
+rescue CircuitBreaker::OpenError => e
   puts "#{i}: rejected without a request (#{e.message})"
 end
 # 0: request failed

@@ -83,7 +83,7 @@ workers = Array.new(WORKERS) do |i|
       before = api.calls
       n.times do
         breaker.call { api.charge }
-      rescue CircuitOpenError
+      rescue CircuitBreaker::OpenError
         rejected += 1 # serve a fallback here
       rescue Errno::ECONNREFUSED
         nil

@@ -84,7 +84,7 @@ class OrdersApp < Sinatra::Base
     else
       cached(502)
     end
-  rescue CircuitOpenError => e
+  rescue CircuitBreaker::OpenError => e
     # Rejected without calling the upstream: tell clients when to come back.
     headers "Retry-After" => e.retry_after.ceil.to_s if e.retry_after
     cached(503)

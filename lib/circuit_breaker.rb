@@ -45,7 +45,5 @@ class CircuitBreaker
   end
 end
 
-# The articles' top-level names, answered only where the app has none.
-require_relative "circuit_breaker/top_level"
 # Rails integration, only under Rails.
 require_relative "circuit_breaker/railtie" if defined?(Rails::Railtie)

@@ -74,7 +74,7 @@ GEM_SMOKE = <<~'RUBY'
   2.times { breaker.call { raise "down" } rescue RuntimeError }
   begin
     breaker.call { abort "an open breaker ran the block" }
-  rescue CircuitOpenError => e
+  rescue CircuitBreaker::OpenError => e
     puts "  #{library.delete_prefix(home)} (#{File.size(library)} bytes, the only copy): #{e.message}"
   end
 RUBY

@@ -20,7 +20,7 @@ class CircuitBreaker
   #   breaker records exceptions (`record_errors`/`ignore_errors`: with the
   #   defaults, every StandardError is a failure).
   # - When the breaker rejects the call, no request is made:
-  #   {CircuitBreaker::OpenError} (`CircuitOpenError`) is raised, or the
+  #   {CircuitBreaker::OpenError} is raised, or the
   #   `fallback:`'s response is returned.
   #
   # The request runs inside `breaker.call`, so durations are measured with
@@ -29,13 +29,13 @@ class CircuitBreaker
   # breaker's own `failure_if` also applies (to the Faraday::Response).
   #
   # @example A breaker object
-  #   breaker = CircuitBreaker.new(window: SlidingWindow.new(size: 50), min_calls: 10)
+  #   breaker = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 50), min_calls: 10)
   #   conn = Faraday.new("http://orders.internal") do |f|
   #     f.request :circuit_breaker, breaker: breaker
   #   end
   #   conn.get("/api/orders")   # a 503 is returned, and counted as a failure
   # @example A registry name and a synthetic 503 when open
-  #   CircuitBreaker.for("orders", window: SlidingWindow.new(size: 50))   # e.g. in an initializer
+  #   CircuitBreaker.for("orders", window: CircuitBreaker::SlidingWindow.new(size: 50))   # e.g. in an initializer
   #   conn = Faraday.new("http://orders.internal") do |f|
   #     f.use :circuit_breaker, breaker: "orders", fallback: 503
   #   end

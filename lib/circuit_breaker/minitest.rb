@@ -26,7 +26,7 @@ class CircuitBreaker
     end
 
     # Passes when the block makes the breaker reject a call (its `rejected`
-    # count grew); a CircuitOpenError of that breaker is rescued.
+    # count grew); a CircuitBreaker::OpenError of that breaker is rescued.
     # @param breaker [CircuitBreaker, String, Symbol]
     def assert_rejected_by(breaker, message = nil, &block)
       assert TestHelpers.rejected_during(breaker, &block).positive?,

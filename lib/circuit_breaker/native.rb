@@ -41,7 +41,7 @@ class CircuitBreaker
   #
   # Runs the block if the breaker admits the call, and returns its value.
   # Rejected (open, forced open, or half-open without a probe slot): raises
-  # CircuitBreaker::OpenError (+CircuitOpenError+) without running the block.
+  # CircuitBreaker::OpenError without running the block.
   #
   # The block runs with no lock held, timed with the breaker's clock. Its
   # outcome is recorded: a value is a success (unless +failure_if+ says
@@ -55,7 +55,7 @@ class CircuitBreaker
   #
   #   begin
   #     breaker.call { http.get("/orders") }
-  #   rescue CircuitOpenError => e
+  #   rescue CircuitBreaker::OpenError => e
   #     cached_orders   # e.retry_after: seconds until probes are admitted
   #   end
 

@@ -8,7 +8,7 @@ class CircuitBreaker
   # core's `Config::new`, never here.
   #
   # @param window [SlidingWindow, TimeWindow, nil] the live window the
-  #   breaker records into; nil: `SlidingWindow.new(size: 100)`
+  #   breaker records into; nil: `CircuitBreaker::SlidingWindow.new(size: 100)`
   # @param error_rate_threshold [Numeric] opens from this error rate on, (0, 1]
   # @param slow_rate_threshold [Numeric] opens from this slow-call rate on, (0, 1]
   # @param min_calls [Integer] no verdict below this many calls in the window

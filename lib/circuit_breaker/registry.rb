@@ -111,7 +111,7 @@ class CircuitBreaker
     # ArgumentError naming the keys.
     #
     # @example Configure once at boot, look up anywhere
-    #   CircuitBreaker.for(:payments, window: SlidingWindow.new(size: 50), open_duration: 10)
+    #   CircuitBreaker.for(:payments, window: CircuitBreaker::SlidingWindow.new(size: 50), open_duration: 10)
     #   CircuitBreaker.for("payments").call { charge(card) }   # the same breaker
     # @param name [String, Symbol] the registry name (Symbols become Strings)
     # @param options [Hash] options of {CircuitBreaker.new}, used when the breaker is created

@@ -30,8 +30,8 @@ class CircuitBreaker
     end
 
     # Passes when the block makes the breaker reject at least one call
-    # (a CircuitOpenError raised, or a fallback answered): its `rejected`
-    # count grew. A CircuitOpenError of that breaker leaving the block is
+    # (a CircuitBreaker::OpenError raised, or a fallback answered): its `rejected`
+    # count grew. A CircuitBreaker::OpenError of that breaker leaving the block is
     # rescued here.
     matcher :be_rejected_by do |breaker|
       supports_block_expectations

@@ -104,8 +104,8 @@ class CircuitBreaker
     end
 
     # Runs the block; returns how many calls the breaker rejected meanwhile
-    # (its `rejected` count grew: a CircuitOpenError, or a fallback
-    # answered). A CircuitOpenError of that breaker leaving the block is
+    # (its `rejected` count grew: a CircuitBreaker::OpenError, or a fallback
+    # answered). A CircuitBreaker::OpenError of that breaker leaving the block is
     # rescued. What `be_rejected_by` and `assert_rejected_by` check.
     # @api private
     def self.rejected_during(breaker)

@@ -30,7 +30,7 @@ RSpec.describe CircuitBreaker, "under GC.stress", :gc_stress do
     expect(breaker.metrics[:failures]).to eq(3)
     expect { breaker.call { raise matched } }.to raise_error(matched)
     expect(events).to eq([%i[closed open error_rate]])
-    expect { breaker.call { :never } }.to raise_error(CircuitOpenError) { |e| expect(e.breaker_name).to start_with("gc") }
+    expect { breaker.call { :never } }.to raise_error(CircuitBreaker::OpenError) { |e| expect(e.breaker_name).to start_with("gc") }
   end
 
   it "runs jumps, probes and the low-level API" do

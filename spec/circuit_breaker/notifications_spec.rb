@@ -87,7 +87,7 @@ RSpec.describe CircuitBreaker, "ActiveSupport::Notifications", :integration do
       b.trip!
       begin
         b.call { :ran }
-      rescue CircuitOpenError
+      rescue CircuitBreaker::OpenError
         p b.state
       end
     RUBY

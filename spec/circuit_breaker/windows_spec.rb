@@ -70,10 +70,6 @@ RSpec.describe CircuitBreaker::SlidingWindow do
     expect([w.size, w.slow_threshold_ms]).to eq([100, 800])
   end
 
-  it "is reachable as the articles' top-level SlidingWindow" do
-    expect(SlidingWindow).to be(described_class)
-  end
-
   it "keeps only the last size calls" do
     w = described_class.new(size: 3)
     w.record(duration_ms: 900, success: false)

@@ -28,7 +28,7 @@ RSpec.describe "examples/", :integration do
   end
 
   it "articles.rb holds the articles' snippet (docs/semantics.md) verbatim, and the breaker opens" do
-    snippet = File.read(File.join(root, "docs/semantics.md"))[/## The articles' snippet.*?```ruby\n(.*?)```/m, 1]
+    snippet = File.read(File.join(root, "docs/semantics.md"))[/### The articles' names.*?# The article's snippet:\n(.*?)```/m, 1]
     expect(File.read(File.join(root, "examples/articles.rb"))).to include(snippet)
 
     out, status = run.call("articles.rb", "ARTICLES_SCALE" => "0.3")

@@ -73,13 +73,13 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
     expect(counts).to include(total: 1, failures: 1)
   end
 
-  it "opens on failed responses, then raises CircuitOpenError without a request" do
+  it "opens on failed responses, then raises CircuitBreaker::OpenError without a request" do
     conn = connection
     4.times { conn.get("/status/500") }
     expect(breaker.state).to eq(:open)
     before = upstream.requests
 
-    expect { conn.get("/status/200") }.to raise_error(CircuitOpenError) { |e| expect(e.retry_after).to be > 0 }
+    expect { conn.get("/status/200") }.to raise_error(CircuitBreaker::OpenError) { |e| expect(e.retry_after).to be > 0 }
     expect(upstream.requests).to eq(before)
     expect(breaker.metrics[:rejected]).to eq(1)
   end
@@ -89,7 +89,7 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
     before = upstream.counts[:error_burst]
     outcomes = Array.new(12) do
       conn.get("/api/orders").status
-    rescue CircuitOpenError
+    rescue CircuitBreaker::OpenError
       :rejected
     end
 
@@ -258,7 +258,7 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
       2.times { conn.call("127.0.0.1").get("/status/500") }
 
       expect(per_host["127.0.0.1"].state).to eq(:open)
-      expect { conn.call("127.0.0.1").get("/status/200") }.to raise_error(CircuitOpenError)
+      expect { conn.call("127.0.0.1").get("/status/200") }.to raise_error(CircuitBreaker::OpenError)
       expect(conn.call("localhost").get("/status/200").status).to eq(200) # another host, another breaker
       expect(per_host["localhost"].metrics).to include(state: :closed, total: 1)
     end
@@ -302,7 +302,7 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
       5.times { expect { conn.get("/status/503") }.to raise_error(Faraday::ServerError) } # 5 of 10: 50 %
       expect(breaker.state).to eq(:open)
       before = upstream.requests
-      expect { conn.get("/status/200") }.to raise_error(CircuitOpenError)
+      expect { conn.get("/status/200") }.to raise_error(CircuitBreaker::OpenError)
       expect(upstream.requests).to eq(before)
     end
 
@@ -328,7 +328,7 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
       expect(conn.get("/status/503").status).to eq(503) # 3 attempts, 3 failures
       expect(breaker.metrics).to include(state: :closed, total: 3, failures: 3)
       # The 4th attempt opens the breaker; the retry after it is rejected, not sent.
-      expect { conn.get("/status/503") }.to raise_error(CircuitOpenError)
+      expect { conn.get("/status/503") }.to raise_error(CircuitBreaker::OpenError)
       expect(upstream.requests - before).to eq(4)
       expect(breaker.metrics[:rejected]).to eq(1)
     end

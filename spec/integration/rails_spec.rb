@@ -46,7 +46,11 @@ RSpec.describe "a Rails app", :integration do
         expect(seen).to include("sliding_window_superclass" => "ApplicationModel",
                                 "sliding_window_is_the_apps" => true,
                                 "sliding_window_after_reload" => true)
-        expect(seen).to include("circuit_open_error_is_the_gems" => true) # the app has none
+        expect(seen).to include("circuit_open_error_defined" => false) # only with circuit_breaker/articles
+      end
+
+      it "patches nothing of Ruby's core modules, and an app's NameError comes from the app's own line" do
+        expect(seen).to include("gem_in_core" => [], "name_error" => ["OrdersSdk", "app/services/orders_report.rb"])
       end
 
       it "finds the same breaker when a reloaded class body calls CircuitBreaker.for with a new window and Proc" do
