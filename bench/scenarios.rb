@@ -18,7 +18,7 @@ module Bench
   # target:, value:, met:}; `value` is what the target is about (a ratio),
   # `met` true/false, or nil where no target applies.
   module Scenarios
-    ALL = %w[success failure rejection rejection_as threads rates shared fleet].freeze
+    ALL = %w[success failure rejection rejection_as threads rates shared fleet adapters].freeze
 
     IMPLS = {
       bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker", shared: "circuit_breaker shared:",
@@ -94,6 +94,12 @@ module Bench
     def fleet
       require_relative "fleet"
       Bench::Fleet.rows(self)
+    end
+
+    # Net::HTTP, Redis and SQL through the adapters (docs/adapters.md)
+    def adapters
+      require_relative "adapters"
+      Bench::Adapters.rows(self)
     end
 
     # closed, the block raises, the caller rescues; recorded, never trips

@@ -1,0 +1,96 @@
+# frozen_string_literal: true
+
+require "socket"
+
+module Bench
+  # `rake bench`'s adapter rows (docs/adapters.md): one call through an
+  # adapter against the same call to a dependency the adapter does not
+  # protect, on a local server in another process.
+  module Adapters
+    module_function
+
+    def rows(scenarios)
+      [net_http(scenarios)]
+    end
+
+    # `->(n) { [calls, seconds, process CPU seconds] }`, timed by the
+    # harness's loop clock (the calling thread's CPU time by default: the
+    # server is another process, so this is the client's own work, where
+    # the adapter's cost lands, without the other tenants' noise).
+    def runner(&call)
+      lambda do |n|
+        c0 = Bench.process_cpu
+        t0 = Bench.loop_clock
+        i = 0
+        while i < n
+          call.call
+          i += 1
+        end
+        [n, Bench.loop_clock - t0, Bench.process_cpu - c0]
+      end
+    end
+
+    # A forked child answering every request on each of `count` listeners
+    # with a tiny keep-alive 200 (no WEBrick: the client's cost stands out
+    # more); stopped by its PID.
+    def http_servers(count)
+      servers = Array.new(count) { TCPServer.new("127.0.0.1", 0) }
+      pid = fork do
+        servers.map do |server|
+          Thread.new do
+            loop do
+              client = server.accept
+              Thread.new(client) do |c|
+                while (line = c.gets)
+                  next unless line == "\r\n"
+
+                  c.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok")
+                end
+              rescue IOError, SystemCallError
+                nil
+              ensure
+                c.close
+              end
+            end
+          end
+        end.each(&:join)
+      end
+      ports = servers.map { |s| s.addr[1] }
+      servers.each(&:close)
+      [pid, ports]
+    end
+
+    def stop(pid)
+      Process.kill("KILL", pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+
+    def net_http(scenarios)
+      require "circuit_breaker/net_http"
+      pid, (with, without) = http_servers(2)
+      CircuitBreaker::Adapters::NetHTTP.protect("127.0.0.1:#{with}")
+      sessions = [with, without].map { |port| Net::HTTP.start("127.0.0.1", port) }
+      r = Bench.measure({
+                          without: runner { sessions[1].get("/") },
+                          with: runner { sessions[0].get("/") }
+                        })
+      breaker = CircuitBreaker.registry.fetch("net_http:127.0.0.1:#{with}")
+      scenarios.check(breaker.metrics[:total].positive? && breaker.closed?, "net_http: #{breaker.metrics}")
+      adapter_row("Net::HTTP GET, keep-alive, local server", r)
+    ensure
+      sessions&.each(&:finish)
+      stop(pid) if pid
+    end
+
+    def adapter_row(name, r)
+      ratio = Bench.ratio(r[:with], r[:without])
+      {
+        scenario: name, impl: "through the adapter", ns: r[:with].ns, allocs: r[:with].allocs, ratio: ratio,
+        target: "≤ 1.05× without (#{format('%.0f', r[:without].ns)} ns)", value: ratio, met: ratio <= 1.05,
+        value_note: "× is against the same call without the adapter"
+      }
+    end
+  end
+end
