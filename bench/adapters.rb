@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "../spec/support/redis_server"
 
 module Bench
   # `rake bench`'s adapter rows (docs/adapters.md): one call through an
@@ -10,7 +11,7 @@ module Bench
     module_function
 
     def rows(scenarios)
-      [net_http(scenarios)]
+      [net_http(scenarios), redis(scenarios)].compact
     end
 
     # `->(n) { [calls, seconds, process CPU seconds] }`, timed by the
@@ -82,6 +83,22 @@ module Bench
     ensure
       sessions&.each(&:finish)
       stop(pid) if pid
+    end
+
+    def redis(scenarios)
+      return { note: "adapters: the Redis row skipped, redis-server is not installed" } unless RedisServer.available?
+
+      require "circuit_breaker/redis"
+      server = RedisServer.start
+      with = ::Redis.new(path: server.socket, circuit_breaker: true)
+      without = ::Redis.new(path: server.socket)
+      with.set("k", "v")
+      r = Bench.measure({ without: runner { without.get("k") }, with: runner { with.get("k") } })
+      breaker = CircuitBreaker.registry.fetch("redis:#{server.socket}")
+      scenarios.check(breaker.metrics[:total].positive? && breaker.closed?, "redis: #{breaker.metrics}")
+      adapter_row("Redis GET, unix socket, redis-rb #{::Redis::VERSION}", r)
+    ensure
+      server&.stop
     end
 
     def adapter_row(name, r)
