@@ -2,18 +2,26 @@
 
 # The status page in a config.ru, beside the app (docs/operating.md):
 #
-#   rackup examples/status_page.ru    # then open http://127.0.0.1:9292/circuit_breakers/
+#   BREAKERS_PASSWORD=secret rackup examples/status_page.ru
+#   # then open http://127.0.0.1:9292/circuit_breakers/ as "ops", password "secret"
 #
-# Actions (trip, reset, force open, disable) are allowed from this machine
-# only; the app decides who may act, the gem refuses every action without
-# an authorize: hook.
+# The page sits behind HTTP Basic authentication, and actions (trip, reset,
+# force open, disable) are allowed to the "ops" user it let in; the app
+# decides who may act, the gem refuses every action without an authorize:
+# hook. Not by address: behind a proxy on the same host (nginx, a load
+# balancer's agent) every request comes from 127.0.0.1.
+require "rack/auth/basic"
+require "rack/utils"
 require "circuit_breaker/dashboard"
 
 CircuitBreaker.for("payments", min_calls: 10, open_duration: 30)
 CircuitBreaker.for("orders", window: CircuitBreaker::SlidingWindow.new(size: 50))
 
 map "/circuit_breakers" do
-  run CircuitBreaker::Dashboard.new(authorize: ->(request) { %w[127.0.0.1 ::1].include?(request.ip) })
+  use Rack::Auth::Basic, "circuit breakers" do |user, password|
+    user == "ops" && Rack::Utils.secure_compare(password, ENV.fetch("BREAKERS_PASSWORD"))
+  end
+  run CircuitBreaker::Dashboard.new(authorize: ->(request) { request.get_header("REMOTE_USER") == "ops" })
 end
 
 map "/" do

@@ -131,6 +131,10 @@ class CircuitBreaker
   private_constant :KillSwitched
 
   @configuration = Configuration.new.freeze
+  # One configure at a time: each works on a copy of the configuration in
+  # force, so two at once would each publish a copy without the other's
+  # settings.
+  @configure_lock = Mutex.new
 
   class << self
     # @return [Configuration] the settings in force (frozen)
@@ -140,6 +144,8 @@ class CircuitBreaker
     # built afterwards; breakers built before keep theirs. The block gets a
     # copy of the configuration in force; when it returns, the defaults are
     # checked (by building a breaker with them) and the copy replaces it.
+    # Calls from several threads run one after the other, each seeing what
+    # the previous one set.
     #
     # @example config/initializers/circuit_breaker.rb
     #   CircuitBreaker.configure do |config|
@@ -152,15 +158,18 @@ class CircuitBreaker
     # @raise [ArgumentError, TypeError] a default CircuitBreaker.new refuses
     def configure
       raise ArgumentError, "CircuitBreaker.configure needs a block" unless block_given?
+      raise ArgumentError, "CircuitBreaker.configure was called inside its own block" if @configure_lock.owned?
 
-      config = @configuration.dup
-      yield config
-      begin
-        CircuitBreaker.allocate.__send__(:initialize, **config.defaults) # checks them; the breaker is dropped
-      rescue ArgumentError, TypeError => e
-        raise e.class, "CircuitBreaker.configure: defaults: #{e.message}"
+      @configure_lock.synchronize do
+        config = @configuration.dup
+        yield config
+        begin
+          CircuitBreaker.allocate.__send__(:initialize, **config.defaults) # checks them; the breaker is dropped
+        rescue ArgumentError, TypeError => e
+          raise e.class, "CircuitBreaker.configure: defaults: #{e.message}"
+        end
+        @configuration = config.publish
       end
-      @configuration = config.publish
     end
 
     # Whether breakers are built as pass-throughs: the environment variable

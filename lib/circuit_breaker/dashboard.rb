@@ -2,11 +2,13 @@
 
 require "cgi"
 require "json"
+require "openssl"
 require "securerandom"
 require "rack/request"
 require "rack/utils"
 require "circuit_breaker"
 require "circuit_breaker/prometheus"
+require "circuit_breaker/text"
 
 class CircuitBreaker
   # A mountable Rack app (Rails `mount`, Sinatra, `config.ru`) that serves
@@ -18,12 +20,14 @@ class CircuitBreaker
   # | `GET /status.json` | the same as JSON |
   # | `GET /metrics` | {Prometheus.render} |
   # | `POST /breakers/:name/:action` | `trip`, `reset`, `force_open` or `disable` (the breaker's `trip!`…) |
+  # | `POST /breakers/:action?name=:name` | the same; the page's buttons post here (a name `.` or `..` is a dot segment in a path) |
   #
   # Actions are refused (403) unless the app gave an `authorize:` hook and
   # it returned truthy for the request, and unless the request carries the
-  # page's CSRF token (a double-submit cookie: the form's hidden field or an
-  # `X-CSRF-Token` header must equal the `SameSite=Strict` cookie set with
-  # the page, and a cross-site `Origin` or `Sec-Fetch-Site` is refused).
+  # page's CSRF token (a signed double-submit cookie: the form's hidden
+  # field or an `X-CSRF-Token` header must equal the `SameSite=Strict`
+  # cookie set with the page, which must carry this dashboard's signature;
+  # a cross-site `Origin` or `Sec-Fetch-Site` is refused).
   # They are POST only (405 otherwise). An action on a `shared:` breaker
   # reaches every process of the host, since they share one record; with
   # `fleet:` the breaker's own `trip!`… reach the fleet.
@@ -34,8 +38,13 @@ class CircuitBreaker
   # @example Rails (config/routes.rb)
   #   mount CircuitBreaker::Dashboard.new(authorize: ->(req) { req.env["warden"]&.user&.admin? }),
   #         at: "/circuit_breakers"
-  # @example config.ru
-  #   map("/circuit_breakers") { run CircuitBreaker::Dashboard.new(authorize: ->(req) { req.ip == "127.0.0.1" }) }
+  # @example config.ru, behind HTTP Basic authentication
+  #   map("/circuit_breakers") do
+  #     use Rack::Auth::Basic, "circuit breakers" do |user, password|
+  #       user == "ops" && Rack::Utils.secure_compare(password, ENV.fetch("BREAKERS_PASSWORD"))
+  #     end
+  #     run CircuitBreaker::Dashboard.new(authorize: ->(req) { req.env["REMOTE_USER"] == "ops" })
+  #   end
   class Dashboard
     # The actions, by path segment: each calls the breaker's method of that name.
     ACTIONS = { "trip" => :trip!, "reset" => :reset!, "force_open" => :force_open!, "disable" => :disable! }.freeze
@@ -63,8 +72,12 @@ class CircuitBreaker
     # @param history_seconds [Numeric] how far back the chart of recent
     #   states reaches
     # @param refresh [Integer, nil] seconds between reloads of the page (nil: none)
+    # @param secret [String, nil] signs the CSRF tokens; every process that
+    #   serves the dashboard must have the same one (nil: Rails'
+    #   `secret_key_base` under Rails, else ENV["SECRET_KEY_BASE"], else a
+    #   random one of this process: docs/operating.md)
     # @raise [TypeError] a hook or source that cannot be called, or bad numbers
-    def initialize(authorize: nil, breakers: -> { CircuitBreaker.registry }, history_seconds: 600, refresh: 5)
+    def initialize(authorize: nil, breakers: -> { CircuitBreaker.registry }, history_seconds: 600, refresh: 5, secret: nil)
       raise TypeError, "authorize: must respond to call (got #{authorize.inspect})" unless authorize.nil? || authorize.respond_to?(:call)
       unless breakers.is_a?(Hash) || breakers.respond_to?(:call)
         raise TypeError, "breakers: must be a Hash of name => CircuitBreaker or respond to call (got #{breakers.class})"
@@ -76,6 +89,10 @@ class CircuitBreaker
         raise ArgumentError, "refresh: must be nil or an Integer > 0 (got #{refresh.inspect})"
       end
 
+      raise TypeError, "secret: must be nil or a String (got #{secret.class})" unless secret.nil? || secret.is_a?(String)
+      raise ArgumentError, "secret: must be at least 16 bytes (got #{secret.bytesize})" if secret && secret.bytesize < 16
+
+      @secret = secret || default_secret
       @authorize = authorize
       @breakers = breakers
       @history_seconds = history_seconds
@@ -93,6 +110,9 @@ class CircuitBreaker
       when "" then page(request)
       when "/status.json" then only_get(request) { json(200, status_document) }
       when "/metrics" then only_get(request) { metrics }
+      # The page's buttons: the name in the query string, where `.` and `..`
+      # are no dot segments a browser would resolve.
+      when %r{\A/breakers/([^/]+)\z} then action(request, request.GET["name"], $1)
       # Up to the last slash: a server that decodes %2F still finds the name.
       when %r{\A/breakers/(.+)/([^/]+)\z} then action(request, Rack::Utils.unescape_path($1), $2)
       else text(404, "not found")
@@ -122,7 +142,7 @@ class CircuitBreaker
 
     # The JSON document: every breaker's metrics and recent states.
     def status_document
-      { breakers: snapshots.map { |name, m| { name: name, metrics: m, history: history_of(name) } } }
+      { breakers: snapshots.map { |name, m| { name: Text.utf8(name), metrics: m, history: history_of(name) } } }
     end
 
     # name => metrics, read once per request; each read is also a history sample.
@@ -159,10 +179,12 @@ class CircuitBreaker
         return text(405, "#{request.request_method} not allowed: actions are POST only", "allow" => "POST")
       end
       return text(403, "actions are disabled: give CircuitBreaker::Dashboard.new an authorize: hook") unless @authorize
-      return text(403, "refused: invalid or missing CSRF token") unless csrf_ok?(request)
+      form = form_of(request)
+      return text(400, "unreadable form body") unless form
+      return text(403, "refused: invalid or missing CSRF token") unless csrf_ok?(request, form)
 
-      breaker = breakers[name]
-      return text(404, "no breaker named #{name.inspect}") unless breaker
+      name, breaker = find(name)
+      return text(404, "no breaker named #{Text.utf8(name).inspect}") unless breaker
       return text(403, "refused by the authorize: hook") unless authorized?(request, method, name)
 
       # With shared: the record every process maps; with fleet: the breaker
@@ -170,7 +192,7 @@ class CircuitBreaker
       breaker.public_send(method)
       sample(name, breaker.metrics[:state], monotonic)
       if request.get_header("HTTP_ACCEPT").to_s.include?("application/json")
-        json(200, { name: name, action: action, metrics: breaker.metrics })
+        json(200, { name: Text.utf8(name), action: action, metrics: breaker.metrics })
       else
         [303, SECURITY_HEADERS.merge("location" => "#{request.script_name}/", "content-type" => "text/plain"), []]
       end
@@ -181,23 +203,61 @@ class CircuitBreaker
       @authorize.call(*args) ? true : false
     end
 
-    def csrf_ok?(request)
+    # [name, breaker] of the name a request gave (the bytes it stands for
+    # in a URL, lib/circuit_breaker/text.rb), or [name, nil].
+    def find(name)
+      return [name.to_s, nil] unless name.is_a?(String)
+
+      wanted = name.b
+      breakers.find { |n, _| Text.bytes(n) == wanted } || [name, nil]
+    end
+
+    # The form fields, or nil when the body cannot be read: malformed,
+    # nested past Rack's limit, or cut short.
+    def form_of(request)
+      request.POST
+    rescue EOFError, ArgumentError, TypeError, RangeError
+      nil
+    end
+
+    # The token: it must be one this dashboard issued (its signature), and
+    # the form or header must repeat the cookie's. An equal pair that was
+    # never issued (a cookie planted by a sibling subdomain) is refused.
+    def csrf_ok?(request, form)
       cookie = request.cookies[COOKIE].to_s
-      given = (request.get_header("HTTP_X_CSRF_TOKEN") || request.POST["csrf_token"]).to_s
-      return false if cookie.empty? || !Rack::Utils.secure_compare(cookie, given)
+      given = (request.get_header("HTTP_X_CSRF_TOKEN") || form["csrf_token"]).to_s
+      return false unless issued?(cookie) && Rack::Utils.secure_compare(cookie, given)
       return false if request.get_header("HTTP_SEC_FETCH_SITE").to_s == "cross-site"
 
       origin = request.get_header("HTTP_ORIGIN")
       origin.nil? || origin == request.base_url
-    rescue EOFError, ArgumentError
-      false # an unreadable form body
+    end
+
+    # A token: 32 random bytes and their HMAC-SHA256 under the secret, in hex.
+    def issue_token
+      nonce = SecureRandom.hex(32)
+      "#{nonce}#{OpenSSL::HMAC.hexdigest('SHA256', @secret, nonce)}"
+    end
+
+    def issued?(token)
+      return false unless token.match?(/\A\h{128}\z/)
+
+      Rack::Utils.secure_compare(OpenSSL::HMAC.hexdigest("SHA256", @secret, token[0, 64]), token[64, 64])
+    end
+
+    # Rails' secret_key_base, else SECRET_KEY_BASE, else this process's own
+    # (tokens then hold only in the process that issued them).
+    def default_secret
+      rails = defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application
+      from_rails = rails.respond_to?(:secret_key_base) ? rails.secret_key_base : nil
+      [from_rails, ENV["SECRET_KEY_BASE"]].find { |s| s.is_a?(String) && s.bytesize >= 16 } || SecureRandom.bytes(32)
     end
 
     def page(request)
       return text(405, "#{request.request_method} not allowed here: GET", "allow" => "GET, HEAD") unless request.get? || request.head?
 
       token = request.cookies[COOKIE].to_s
-      token = SecureRandom.hex(32) unless token.match?(/\A\h{64}\z/)
+      token = issue_token unless issued?(token)
       headers = SECURITY_HEADERS.merge("content-type" => "text/html; charset=utf-8")
       Rack::Utils.set_cookie_header!(headers, COOKIE,
                                      value: token, path: request.script_name.empty? ? "/" : request.script_name,
@@ -238,11 +298,11 @@ class CircuitBreaker
     end
 
     def row(base, name, m, token)
-      h = ->(v) { CGI.escapeHTML(v.to_s) }
-      path = "#{base}/breakers/#{Rack::Utils.escape(name).gsub('+', '%20')}"
+      h = ->(v) { CGI.escapeHTML(Text.utf8(v)) }
+      query = "?name=#{Rack::Utils.escape(Text.bytes(name))}"
       tripped = m[:tripped_error_rate] ? "#{percent(m[:tripped_error_rate])} errors, #{percent(m[:tripped_slow_call_rate])} slow" : "—"
       buttons = ACTIONS.keys.map do |action|
-        %(<form method="post" action="#{h.(path)}/#{action}"><input type="hidden" name="csrf_token" value="#{token}">) +
+        %(<form method="post" action="#{h.("#{base}/breakers/#{action}#{query}")}"><input type="hidden" name="csrf_token" value="#{token}">) +
           %(<button type="submit" data-breaker="#{h.(name)}">#{action.tr('_', ' ')}</button></form>)
       end.join
       cells = [
@@ -269,7 +329,7 @@ class CircuitBreaker
         %(<rect x="#{x.round(1)}" y="0" width="#{w.round(1)}" height="14" fill="#{COLORS.fetch(p[:state], '#000')}">) +
           %(<title>#{p[:state]} #{format_seconds(p[:seconds_ago])} ago</title></rect>)
       end
-      %(<svg width="#{width.to_i}" height="14" role="img" aria-label="recent states of #{CGI.escapeHTML(name)}">) +
+      %(<svg width="#{width.to_i}" height="14" role="img" aria-label="recent states of #{CGI.escapeHTML(Text.utf8(name))}">) +
         %(<rect width="#{width.to_i}" height="14" fill="#eee"/>#{rects.join}</svg>)
     end
 

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "circuit_breaker"
+require "circuit_breaker/text"
 
 class CircuitBreaker
   # The Prometheus text exposition format (version 0.0.4) of breakers, by
@@ -99,7 +100,7 @@ class CircuitBreaker
             raise TypeError, "breakers must be a Hash of name => CircuitBreaker (got #{name.inspect} => #{breaker.class})"
           end
 
-          [name.to_s, breaker.metrics]
+          [Text.utf8(name), breaker.metrics]
         end
       end
 
@@ -113,7 +114,7 @@ class CircuitBreaker
                                  "([a-zA-Z_][a-zA-Z0-9_]*, no leading __, not #{RESERVED.join('/')})"
           end
 
-          [k, v.to_s]
+          [k, Text.utf8(v.to_s)]
         end
       end
 

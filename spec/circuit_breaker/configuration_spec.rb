@@ -56,6 +56,36 @@ RSpec.describe CircuitBreaker, ".configure" do
     expect(described_class.configuration).to be_frozen
   end
 
+  it "keeps both of two configure calls made at once from two threads" do
+    logger = Logger.new(StringIO.new)
+    other_trying = false
+    other = nil
+    inside = Queue.new
+    first = Thread.new do
+      described_class.configure do |c|
+        c.defaults = { min_calls: 7 }
+        inside << true
+        # Until the other thread has called configure and is blocked in it
+        # (or, were configure not serialised, has finished it).
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+        Thread.pass until (other_trying && other.stop?) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      end
+    end
+    other = Thread.new do
+      inside.pop
+      other_trying = true
+      described_class.configure { |c| c.logger = logger }
+    end
+    [first, other].each(&:join)
+
+    expect([described_class.configuration.defaults, described_class.configuration.logger]).to eq([{ min_calls: 7 }, logger])
+  end
+
+  it "refuses a configure inside configure's own block" do
+    expect { described_class.configure { described_class.configure { nil } } }
+      .to raise_error(ArgumentError, "CircuitBreaker.configure was called inside its own block")
+  end
+
   it "sets the namespace of shared: breakers" do
     skip "CircuitBreaker.default_namespace= is not on this branch yet" unless described_class.respond_to?(:default_namespace=)
     described_class.configure { |c| c.namespace = "configured-app" }

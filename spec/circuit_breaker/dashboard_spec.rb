@@ -41,20 +41,64 @@ RSpec.describe CircuitBreaker::Dashboard do
       expect(row).to include('data-state="open"', "20.0 s", "50.0% errors, 0.0% slow", "<svg", "aria-label=\"recent states of payments\"")
       expect(row.scan(%r{<td>(\d+)</td>}).flatten).to eq(%w[2 1 1 0 0 1]) # calls, successes, failures, slow, rejected, opened
       expect(row.scan(/<form method="post" action="([^"]+)"/).flatten)
-        .to eq(%w[trip reset force_open disable].map { |a| "/breakers/payments/#{a}" })
+        .to eq(%w[trip reset force_open disable].map { |a| "/breakers/#{a}?name=payments" })
     end
 
     it "escapes names in HTML and URLs, and links the forms under the mount point" do
       get "/", {}, "SCRIPT_NAME" => "/ops/breakers"
       body = last_response.body
-      expect(body).to include("<td>a/b &lt;c&gt;</td>", 'action="/ops/breakers/breakers/a%2Fb%20%3Cc%3E/trip"')
+      expect(body).to include("<td>a/b &lt;c&gt;</td>", 'action="/ops/breakers/breakers/trip?name=a%2Fb+%3Cc%3E"')
       expect(body).not_to include("<c>")
+    end
+
+    it "gives breakers named . and .. buttons that act on them (the name is in the query, not a dot segment)" do
+      dots = { "." => build_breaker(name: "."), ".." => build_breaker(name: "..") }
+      session = Rack::Test::Session.new(Rack::MockSession.new(described_class.new(authorize: ->(_) { true }, breakers: dots)))
+      session.get "/"
+      body = session.last_response.body
+      t = body[/name="csrf_token" value="(\h+)"/, 1]
+      actions = body.scan(/<form method="post" action="([^"]+)"/).flatten.grep(/trip/)
+      expect(actions).to eq(["/breakers/trip?name=.", "/breakers/trip?name=.."])
+      # As a browser resolves them against the page: no dot segment moves them.
+      expect(actions.map { |a| URI.join("http://example.org/", a).path }).to eq(%w[/breakers/trip] * 2)
+      actions.each do |a|
+        session.post a, { csrf_token: t }
+        expect(session.last_response.status).to eq(303)
+      end
+      expect(dots.values.map(&:state)).to eq(%i[open open])
+    end
+
+    it "serves the page, the JSON and the Prometheus text with names in any encoding, even invalid bytes" do
+      names = ["caf\xE9".dup.force_encoding("ISO-8859-1"), "\xFF\xFEx".b, "bad\xC3".dup.force_encoding("UTF-8"),
+               "日本".encode("EUC-JP"), :sym]
+      breakers = names.to_h { |n| [n, build_breaker] }
+      session = Rack::Test::Session.new(Rack::MockSession.new(described_class.new(authorize: ->(_) { true }, breakers: breakers)))
+      session.get "/"
+      page = session.last_response
+      session.get "/status.json"
+      json = JSON.parse(session.last_response.body)
+      session.get "/metrics"
+      metrics = session.last_response.body
+
+      expect(page.status).to eq(200)
+      expect(page.body).to include("<td>café</td>", "<td>\uFFFD\uFFFDx</td>", "<td>bad\uFFFD</td>", "<td>日本</td>", "<td>sym</td>")
+      expect(json["breakers"].map { |b| b["name"] }).to eq(["café", "\uFFFD\uFFFDx", "bad\uFFFD", "日本", "sym"])
+      expect(metrics).to include('circuit_breaker_state{breaker="café",state="closed"} 1',
+                                 "circuit_breaker_state{breaker=\"\uFFFD\uFFFDx\",state=\"closed\"} 1")
+      expect(metrics).to be_valid_encoding
+      # Each button reaches its own breaker, invalid bytes included.
+      t = page.body[/name="csrf_token" value="(\h+)"/, 1]
+      page.body.scan(/<form method="post" action="([^"]+)"/).flatten.grep(/trip/).each do |a|
+        session.post CGI.unescapeHTML(a), { csrf_token: t }
+        expect(session.last_response.status).to eq(303)
+      end
+      expect(breakers.values.map(&:state)).to all(eq(:open))
     end
 
     it "sets the CSRF cookie (HttpOnly, SameSite=Strict, on the mount path) and keeps a valid one" do
       get "/", {}, "SCRIPT_NAME" => "/ops"
       cookie = last_response.headers["set-cookie"]
-      expect(cookie).to match(/\Acircuit_breaker_csrf=\h{64}; path=\/ops; HttpOnly; SameSite=Strict\z/i)
+      expect(cookie).to match(/\Acircuit_breaker_csrf=\h{128}; path=\/ops; HttpOnly; SameSite=Strict\z/i)
       first = token
       get "/"
       expect(last_response.body).to include(%(value="#{first}"))
@@ -173,7 +217,7 @@ RSpec.describe CircuitBreaker::Dashboard do
       app = described_class.new(authorize: ->(req) { seen << req.path_info }, breakers: { "payments" => payments })
       session = Rack::Test::Session.new(Rack::MockSession.new(app))
       session.get "/"
-      session.post "/breakers/payments/trip", { csrf_token: session.last_response.body[/value="(\h{64})"/, 1] }
+      session.post "/breakers/payments/trip", { csrf_token: session.last_response.body[/value="(\h{128})"/, 1] }
       expect([session.last_response.status, seen]).to eq([303, ["/breakers/payments/trip"]])
     end
 
@@ -200,6 +244,43 @@ RSpec.describe CircuitBreaker::Dashboard do
       expect([asked, payments.state]).to eq([[], :closed])
     end
 
+    it "are refused with an equal cookie and field the dashboard never issued (a cookie planted by a sibling site)" do
+      planted = "ab" * 64
+      set_cookie "circuit_breaker_csrf=#{planted}"
+      post_action "/breakers/payments/trip", planted
+      expect([last_response.status, last_response.body]).to eq([403, "refused: invalid or missing CSRF token\n"])
+      # Nor does another dashboard's token pass (each signs with its secret).
+      other = Rack::Test::Session.new(Rack::MockSession.new(described_class.new(breakers: {}, secret: "x" * 32)))
+      other.get "/"
+      foreign = other.last_response.headers["set-cookie"][/circuit_breaker_csrf=(\h+)/, 1]
+      set_cookie "circuit_breaker_csrf=#{foreign}"
+      post_action "/breakers/payments/trip", foreign
+      expect(last_response.status).to eq(403)
+      expect([asked, payments.state]).to eq([[], :closed])
+    end
+
+    it "accept the token of another process given the same secret: (a server's workers)" do
+      secret = "s" * 32
+      issuer = Rack::Test::Session.new(Rack::MockSession.new(described_class.new(breakers: {}, secret: secret)))
+      issuer.get "/"
+      t = issuer.last_response.headers["set-cookie"][/circuit_breaker_csrf=(\h+)/, 1]
+      worker = Rack::Test::Session.new(Rack::MockSession.new(described_class.new(authorize: hook, breakers: { "payments" => payments },
+                                                                                 secret: secret)))
+      worker.set_cookie "circuit_breaker_csrf=#{t}"
+      worker.post "/breakers/payments/trip", { csrf_token: t }
+      expect([worker.last_response.status, worker.last_response.body, payments.state]).to eq([303, "", :open])
+    end
+
+    it "answer 400, not 500, to a form body nested past Rack's limit or malformed, and act on nothing" do
+      t = token
+      deep = "#{'a[' * 200}b#{']' * 200}=1"
+      [deep, "csrf_token[]=1&csrf_token[x]=2", "%"].each do |body|
+        post "/breakers/payments/trip", body, "CONTENT_TYPE" => "application/x-www-form-urlencoded", "HTTP_X_CSRF_TOKEN" => t
+        expect([last_response.status, last_response.body]).to eq([400, "unreadable form body\n"])
+      end
+      expect([asked, payments.state]).to eq([[], :closed])
+    end
+
     it "are refused from another site, even with the token" do
       t = token
       post "/breakers/payments/trip", { csrf_token: t }, "HTTP_ORIGIN" => "https://evil.example"
@@ -223,6 +304,8 @@ RSpec.describe CircuitBreaker::Dashboard do
     expect { described_class.new(authorize: :yes) }.to raise_error(TypeError, /authorize:/)
     expect { described_class.new(breakers: [1]) }.to raise_error(TypeError, /breakers:/)
     expect { described_class.new(history_seconds: 0) }.to raise_error(ArgumentError, /history_seconds:/)
+    expect { described_class.new(secret: 5) }.to raise_error(TypeError, /secret:/)
+    expect { described_class.new(secret: "short") }.to raise_error(ArgumentError, /secret: must be at least 16 bytes/)
     expect { described_class.new(refresh: 0.5) }.to raise_error(ArgumentError, /refresh:/)
   end
 end

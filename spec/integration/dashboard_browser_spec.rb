@@ -19,6 +19,7 @@ RSpec.describe CircuitBreaker::Dashboard, "in a real browser", :integration do
   before { CircuitBreaker.forget_all! }
 
   after do
+    ENV.delete("BREAKERS_PASSWORD")
     @server&.shutdown
     @server_thread&.join(30)
     CircuitBreaker.forget_all!
@@ -35,21 +36,23 @@ RSpec.describe CircuitBreaker::Dashboard, "in a real browser", :integration do
   it "shows the state, trips the breaker with a press of its button, and resets it" do
     app, = Rack::Builder.parse_file(File.join(root, "examples/status_page.ru"))
     url = serve(app)
+    # The example's HTTP Basic authentication, answered as a user would.
+    ENV["BREAKERS_PASSWORD"] = "pw-#{Process.pid}"
     payments = CircuitBreaker.for("payments")
     row = "#breaker-payments"
     shot = File.join(root, "tmp", "dashboard-browser.png")
     FileUtils.mkdir_p(File.dirname(shot))
 
     WebDriver.open do |browser|
-      browser.visit("#{url}/circuit_breakers/")
+      browser.visit("#{url.sub('//', "//ops:pw-#{Process.pid}@")}/circuit_breakers/")
       expect(browser.wait_for_attribute(row, "data-state") { |s| s == "closed" }).to eq("closed")
 
-      browser.click(%(#{row} form[action$="/trip"] button))
+      browser.click(%(#{row} form[action*="/trip?"] button))
       expect(browser.wait_for_attribute(row, "data-state") { |s| s == "open" }).to eq("open")
       expect(payments.state).to eq(:open)
       browser.screenshot(shot)
 
-      browser.click(%(#{row} form[action$="/reset"] button))
+      browser.click(%(#{row} form[action*="/reset?"] button))
       expect(browser.wait_for_attribute(row, "data-state") { |s| s == "closed" }).to eq("closed")
       expect(payments.state).to eq(:closed)
     end
