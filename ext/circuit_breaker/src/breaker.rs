@@ -31,7 +31,7 @@ use magnus::symbol::IntoSymbol;
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::cruby::{self, resume_error, resume_raise, Unwound};
+use crate::cruby::{self, Exit, Unwound};
 use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy, type_error, FAILURE, OPEN_ERROR};
 use crate::window::{shared_of, Blocked, Shared};
 
@@ -654,8 +654,13 @@ impl Breaker {
         Ok(ex)
     }
 
-    fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
-        let no_block = || Err(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
+    /// `CircuitBreaker#call`. Every way out other than a value (the
+    /// rejection, the block's exception or jump, a listener's error) is
+    /// returned as an [`Exit`] and resumed by the method's entry once this
+    /// frame is gone (cruby::define_method_0), so nothing here is skipped.
+    fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Exit> {
+        let live = cruby::Live::new();
+        let no_block = || Exit::Error(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
         let this = rb_self.get(ruby)?;
         let start = this.clock.now();
         // Closed (the common case): no lock, nothing to change, and a
@@ -665,17 +670,15 @@ impl Breaker {
             Some(p) => p,
             None => {
                 if !ruby.block_given() {
-                    return no_block();
+                    return Err(no_block());
                 }
                 let (decision, tr) = this.admit(ruby, start)?;
                 if !tr.is_empty() {
                     Self::notify_or_release(ruby, rb_self, &tr, decision)?;
                 }
-                // Dropped before `resume_raise`, which skips destructors.
-                drop(tr);
                 match decision {
                     Decision::Allowed(p) => p,
-                    Decision::Rejected(r) => resume_raise(Self::rejected(ruby, rb_self, r)?),
+                    Decision::Rejected(r) => return Err(Exit::Raise(Self::rejected(ruby, rb_self, r)?)),
                 }
             }
         };
@@ -683,7 +686,7 @@ impl Breaker {
         let result = cruby::yield_block();
         if matches!(result, Err(Unwound::Raised(_))) && !permit.probe && !ruby.block_given() {
             // Nothing to settle: a permit that is not a probe holds nothing.
-            return no_block();
+            return Err(no_block());
         }
 
         let end = this.clock.now();
@@ -726,20 +729,25 @@ impl Breaker {
         }
         if !tr.is_empty() {
             if let Err(Unwound::Jumped(tag)) = result {
-                resume_jump_notifying(rb_self, tag, tr);
+                // Listeners never run while a jump is pending: they run in
+                // an ensure function as the jump resumes.
+                return Err(Exit::JumpEnsuring(
+                    tag,
+                    Box::new(move || {
+                        let _live = live;
+                        Ruby::get().map_or(Ok(()), |ruby| Self::notify(&ruby, rb_self, &tr))
+                    }),
+                ));
             }
             Self::notify(ruby, rb_self, &tr)?;
         }
-        // Dropped before `resume_raise`, which skips destructors.
-        drop(tr);
         // Keeps the block's value where the GC's stack scan sees it while
         // Ruby code (listeners) ran above.
         std::hint::black_box((&result, &raise_instead));
         match (raise_instead, result) {
-            (Some(e), _) => Err(e),
-            (None, Err(Unwound::Raised(ex))) => resume_raise(ex),
-            // SAFETY: the jump is still pending; only plain data is alive.
-            (None, Err(Unwound::Jumped(tag))) => unsafe { cruby::resume_jump(tag) },
+            (Some(e), _) => Err(e.into()),
+            (None, Err(Unwound::Raised(ex))) => Err(Exit::Raise(ex)),
+            (None, Err(Unwound::Jumped(tag))) => Err(Exit::Jump(tag)),
             (None, Ok(v)) => Ok(v),
         }
     }
@@ -974,35 +982,12 @@ fn active_support_loaded(ruby: &Ruby) -> bool {
     cruby::const_defined(ruby.class_object(), magnus::value::IntoId::into_id_with(id, ruby))
 }
 
-/// Resumes the pending jump `tag` with the listeners of `tr` running in an
-/// ensure function, the way a Ruby `ensure` clause runs during a jump.
-/// Never returns: only plain data may be alive in the callers' frames.
-fn resume_jump_notifying(rb_self: Obj<Breaker>, tag: i32, tr: Transitions) -> ! {
-    // SAFETY: the jump that rb_protect caught is still pending in the VM;
-    // the callers hold only plain data, and the closure drops `tr` before
-    // it may raise.
-    unsafe {
-        cruby::resume_jump_ensuring(tag, move || {
-            let result = match Ruby::get() {
-                Ok(ruby) => Breaker::notify(&ruby, rb_self, &tr),
-                Err(_) => Ok(()),
-            };
-            drop(tr);
-            if let Err(e) = result {
-                // Like an exception raised in a Ruby `ensure`: it replaces
-                // the pending jump.
-                resume_error(e);
-            }
-        })
-    }
-}
-
 /// `CircuitBreaker#call`.
 struct CallMethod;
 
 impl crate::cruby::Method0 for CallMethod {
     type Receiver = Breaker;
-    fn call(ruby: &Ruby, rb_self: Obj<Breaker>) -> Result<Value, Error> {
+    fn call(ruby: &Ruby, rb_self: Obj<Breaker>) -> Result<Value, Exit> {
         Breaker::call(ruby, rb_self)
     }
 }
@@ -1031,6 +1016,9 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__lock_wait=", method!(Breaker::set_lock_wait, 1))?;
     class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
     class.define_singleton_method("shared_supported?", function!(|| circuit_breaker_core::shm::SUPPORTED, 0))?;
+    // Checked builds only (cruby::Live): spec/circuit_breaker/exits_spec.rb.
+    #[cfg(debug_assertions)]
+    class.singleton_class()?.define_private_method("__live_native_values", function!(cruby::Live::count, 0))?;
     class.define_private_method("__fleet_hash", method!(Breaker::fleet_hash, 0))?;
     class.define_private_method("__fleet_attach", method!(Breaker::fleet_attach, 1))?;
     class.define_private_method("__fleet_quota", method!(Breaker::fleet_quota, 0))?;

@@ -4,7 +4,7 @@
 
 use std::ffi::{c_void, CStr};
 
-use magnus::error::ErrorType;
+use magnus::error::{ErrorType, Tag};
 use magnus::rb_sys::{AsRawId, AsRawValue, FromRawValue};
 use magnus::typed_data::Obj;
 use magnus::value::{Id, ReprValue};
@@ -72,13 +72,13 @@ pub enum Unwound {
     /// It raised this exception.
     Raised(Exception),
     /// It jumped (`break`, `next`, `return`, `throw`, `Thread#kill`): the
-    /// jump's tag, pending in the VM until resumed by [`resume_jump`].
+    /// jump's tag, pending in the VM until resumed ([`Exit::Jump`]).
     Jumped(i32),
 }
 
 /// The tag of a jump that kills the thread (`Thread#kill`, `exit!`).
-pub const TAG_FATAL: i32 = 8;
-const TAG_RAISE: i32 = 6;
+pub const TAG_FATAL: i32 = Tag::Fatal as i32;
+const TAG_RAISE: i32 = Tag::Raise as i32;
 
 /// Yields to the current method's block with no argument, catching what
 /// unwinds out of it. Unlike magnus's `yield_values`, this does not save
@@ -108,12 +108,106 @@ pub fn yield_block() -> Result<Value, Unwound> {
     }
 }
 
-/// Raises `ex` the way a pending raise resumes (`rb_jump_tag`), not with
-/// `rb_exc_raise`: on Ruby 3.1 the latter turns a lazily captured backtrace
-/// into strings, which costs microseconds per frame. The exception object
-/// goes on untouched: same object, same backtrace. Never returns: only
-/// plain data may be alive in the callers' frames.
-pub fn resume_raise(ex: Exception) -> ! {
+/// How a native method leaves other than by returning a value: the exit is
+/// a plain value inside Rust, and is resumed by the method's entry only once
+/// every Rust frame of the method has returned and dropped what it owned
+/// (magnus does the same with its `Error`). A long jump skips destructors
+/// and landing pads; taken from the entry, it skips nothing.
+pub enum Exit {
+    /// A magnus error: raised as magnus raises it.
+    Error(Error),
+    /// An exception to raise as a pending raise resumes (see
+    /// [`Exit::resume`]): the same object, the same backtrace.
+    Raise(Exception),
+    /// A jump (`break`, `next`, `throw`, `Thread#kill`…) still pending in
+    /// the VM, as `rb_protect` left it, with its tag.
+    Jump(i32),
+    /// A pending jump whose listeners run in an ensure function on the way
+    /// out, as a Ruby `ensure` clause runs during a jump (`rb_ensure`). If
+    /// the function returns an error, that replaces the jump.
+    JumpEnsuring(i32, Box<dyn FnOnce() -> Result<(), Error>>),
+}
+
+impl From<Error> for Exit {
+    fn from(e: Error) -> Self {
+        match e.error_type() {
+            // A jump out of Ruby code the method called (a listener's
+            // `throw`): still pending in the VM.
+            ErrorType::Jump(tag) => Exit::Jump(*tag as i32),
+            _ => Exit::Error(e),
+        }
+    }
+}
+
+impl Exit {
+    /// Leaves the native method by this exit. Raises `Raise` the way a
+    /// pending raise resumes (`rb_jump_tag`), not with `rb_exc_raise`: on
+    /// Ruby 3.1 the latter turns a lazily captured backtrace into strings,
+    /// which costs microseconds per frame.
+    ///
+    /// # Safety
+    /// Called from a method's entry function (the frame the VM called),
+    /// after every other Rust frame of the method has returned: a long jump
+    /// leaves this frame and runs no destructor, so only plain data may be
+    /// alive in it. For `Jump` and `JumpEnsuring`, the jump is still pending
+    /// in the VM, as `rb_protect` left it.
+    pub unsafe fn resume(self) -> ! {
+        match self {
+            Exit::Error(e) => {
+                let raised = Raised::from(e);
+                // SAFETY: as the caller guarantees; `e` was consumed above.
+                unsafe { raised.resume() }
+            }
+            // SAFETY: as the caller guarantees.
+            Exit::Raise(ex) => unsafe { raise_pending(ex) },
+            // SAFETY: as the caller guarantees.
+            Exit::Jump(tag) => unsafe { rb_sys::rb_jump_tag(tag) },
+            // SAFETY: as the caller guarantees.
+            Exit::JumpEnsuring(tag, ensure) => unsafe { resume_jump_ensuring(tag, ensure) },
+        }
+    }
+}
+
+/// What raising a magnus `Error` amounts to, as plain data (no destructor
+/// to skip).
+enum Raised {
+    Exception(Exception),
+    Jump(i32),
+}
+
+impl From<Error> for Raised {
+    fn from(e: Error) -> Self {
+        match e.error_type() {
+            ErrorType::Exception(ex) => Raised::Exception(*ex),
+            ErrorType::Jump(tag) => Raised::Jump(*tag as i32),
+            ErrorType::Error(class, message) => {
+                Raised::Exception(class.new_instance((message.as_ref(),)).unwrap_or_else(|e| match e.error_type() {
+                    ErrorType::Exception(ex) => *ex,
+                    _ => unreachable!("creating an exception raises an exception"),
+                }))
+            }
+        }
+    }
+}
+
+impl Raised {
+    /// # Safety
+    /// As for [`Exit::resume`].
+    unsafe fn resume(self) -> ! {
+        match self {
+            // SAFETY: as the caller guarantees.
+            Raised::Exception(ex) => unsafe { raise_pending(ex) },
+            // SAFETY: as the caller guarantees.
+            Raised::Jump(tag) => unsafe { rb_sys::rb_jump_tag(tag) },
+        }
+    }
+}
+
+/// Raises `ex` as a pending raise resumes.
+///
+/// # Safety
+/// As for [`Exit::resume`]: only plain data alive in the callers' frames.
+unsafe fn raise_pending(ex: Exception) -> ! {
     // SAFETY: `ex` is a live exception object; with it as the error info,
     // TAG_RAISE unwinds to the nearest rescue exactly as a raise does.
     unsafe {
@@ -122,26 +216,10 @@ pub fn resume_raise(ex: Exception) -> ! {
     }
 }
 
-/// Raises `e` from a function that must not return (an ensure function).
-pub fn resume_error(e: Error) -> ! {
-    match e.error_type() {
-        ErrorType::Exception(ex) => resume_raise(*ex),
-        // SAFETY: the jump's state is still in the VM, as rb_protect left it.
-        ErrorType::Jump(tag) => unsafe { resume_jump(*tag as i32) },
-        ErrorType::Error(class, message) => {
-            let ex = class.new_instance((message.as_ref(),)).unwrap_or_else(|e| match e.error_type() {
-                ErrorType::Exception(ex) => *ex,
-                _ => unreachable!("creating an exception raises an exception"),
-            });
-            resume_raise(ex)
-        }
-    }
-}
-
 /// A method of no arguments on instances of `Receiver`'s class.
 pub trait Method0 {
     type Receiver: TypedData;
-    fn call(ruby: &Ruby, rb_self: Obj<Self::Receiver>) -> Result<Value, Error>;
+    fn call(ruby: &Ruby, rb_self: Obj<Self::Receiver>) -> Result<Value, Exit>;
 }
 
 /// Whether `v` wraps data of exactly `data_type` (which has no parent), read
@@ -164,8 +242,9 @@ fn wraps(v: Raw, data_type: *const rb_sys::rb_data_type_t) -> bool {
 /// Defines `M` as `name` on `class`, entered straight from the VM: magnus's
 /// own wrapper converts the receiver under an `rb_protect` of its own, about
 /// 13 ns on every call (docs/performance.md); this entry checks the
-/// receiver's data type inline instead. Errors are raised and panics become
-/// `fatal`, as magnus's wrapper does.
+/// receiver's data type inline instead. Panics become `fatal`, as magnus's
+/// wrapper does; every [`Exit`] is resumed here, once `M::call` and the
+/// `catch_unwind` around it have returned.
 pub fn define_method_0<M: Method0>(class: RClass, name: &CStr) {
     unsafe extern "C" fn entry<M: Method0>(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
         // SAFETY: the VM calls methods on its own thread, with the GVL.
@@ -177,14 +256,16 @@ pub fn define_method_0<M: Method0>(class: RClass, name: &CStr) {
             // Obj is a transparent wrapper of the object's VALUE.
             let obj = unsafe { std::mem::transmute::<Value, Obj<M::Receiver>>(Value::from_raw(rb_self)) };
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| M::call(&ruby, obj)))
-                .unwrap_or_else(|panic| Err(panic_error(&ruby, panic)))
+                .unwrap_or_else(|panic| Err(Exit::Error(panic_error(&ruby, panic))))
         } else {
             // Only reachable by binding the method to another object.
-            Err(Error::new(ruby.exception_type_error(), "receiver is not a CircuitBreaker"))
+            Err(Exit::Error(Error::new(ruby.exception_type_error(), "receiver is not a CircuitBreaker")))
         };
         match result {
             Ok(v) => v.as_raw(),
-            Err(e) => resume_error(e),
+            // SAFETY: this is the entry; `M::call` has returned, and what
+            // is left in this frame is plain data.
+            Err(exit) => unsafe { exit.resume() },
         }
     }
     let f: unsafe extern "C" fn(rb_sys::VALUE) -> rb_sys::VALUE = entry::<M>;
@@ -260,43 +341,69 @@ pub fn const_defined<T: ReprValue>(module: T, name: Id) -> bool {
     unsafe { rb_sys::rb_const_defined(raw(module), name.as_raw()) != 0 }
 }
 
-/// Resumes the jump (`break`, `throw`, `Thread#kill`…) that `rb_protect`
-/// caught with `tag`.
+/// Resumes the jump `tag` with `ensure` running on the way out (see
+/// [`Exit::JumpEnsuring`]). An error `ensure` returns replaces the jump; it
+/// is raised from the ensure function once `ensure` has returned and been
+/// dropped (the C frames of `rb_ensure` own nothing Rust must drop).
 ///
 /// # Safety
-/// The jump's state is still in the VM, as `rb_protect` left it; only plain
-/// data may be alive in the callers' frames.
-pub unsafe fn resume_jump(tag: i32) -> ! {
-    // SAFETY: as the caller guarantees.
-    unsafe { rb_sys::rb_jump_tag(tag) }
-}
-
-/// Resumes the jump `tag` (see [`resume_jump`]) with `ensure` running on
-/// the way out, as a Ruby `ensure` clause runs during a jump (`rb_ensure`).
-/// If `ensure` raises (through [`resume_raise`]), that replaces the jump.
-///
-/// # Safety
-/// As for [`resume_jump`]; whatever `ensure` owns must be dropped before it
-/// raises.
-pub unsafe fn resume_jump_ensuring<F: FnOnce()>(tag: i32, ensure: F) -> ! {
+/// As for [`Exit::resume`].
+unsafe fn resume_jump_ensuring(tag: i32, ensure: Box<dyn FnOnce() -> Result<(), Error>>) -> ! {
+    type Ensure = Option<Box<dyn FnOnce() -> Result<(), Error>>>;
     unsafe extern "C" fn body(tag: Raw) -> Raw {
         // SAFETY: the caller of `resume_jump_ensuring` guarantees the jump.
         unsafe { rb_sys::rb_jump_tag(tag as i32) }
     }
-    unsafe extern "C" fn run<F: FnOnce()>(data: Raw) -> Raw {
-        // SAFETY: `data` points at the `Option<F>` on the stack of
+    unsafe extern "C" fn run(data: Raw) -> Raw {
+        // SAFETY: `data` points at the `Ensure` on the stack of
         // `resume_jump_ensuring`, which rb_ensure has not unwound yet.
-        let ensure = unsafe { &mut *(data as *mut Option<F>) };
-        if let Some(f) = ensure.take() {
-            f();
+        let ensure = unsafe { &mut *(data as *mut Ensure) };
+        let failed = ensure.take().map(|f| f()).and_then(Result::err).map(Raised::from);
+        if let Some(raised) = failed {
+            // SAFETY: the closure and its error were consumed above; only
+            // plain data is alive. Like an exception raised in a Ruby
+            // `ensure`, it replaces the pending jump.
+            unsafe { raised.resume() }
         }
         rb_sys::Qnil as Raw
     }
-    let mut ensure = Some(ensure);
+    let mut ensure: Ensure = Some(ensure);
     // SAFETY: both functions follow rb_ensure's contract; `ensure` is taken
     // (and so consumed) before the jump leaves this frame.
     unsafe {
-        rb_sys::rb_ensure(Some(body), tag as Raw, Some(run::<F>), &mut ensure as *mut Option<F> as Raw);
+        rb_sys::rb_ensure(Some(body), tag as Raw, Some(run), &mut ensure as *mut Ensure as Raw);
     }
     unreachable!("rb_ensure resumes the jump")
+}
+
+/// A marker a native method holds for as long as its Rust values live. In
+/// checked builds (`CIRCUIT_BREAKER_PROFILE=checked`, debug assertions on)
+/// each one alive is counted, so a spec proves that every way out of `call`
+/// dropped what it owned before Ruby left (spec/circuit_breaker/exits_spec.rb);
+/// in release builds it is nothing.
+pub struct Live(());
+
+#[cfg(debug_assertions)]
+static LIVE: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+impl Live {
+    #[inline]
+    pub fn new() -> Self {
+        #[cfg(debug_assertions)]
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        Live(())
+    }
+
+    /// How many are alive now (checked builds only).
+    #[cfg(debug_assertions)]
+    pub fn count() -> isize {
+        LIVE.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
 }
