@@ -2,6 +2,7 @@
 
 require "socket"
 require_relative "../spec/support/redis_server"
+require_relative "../spec/support/db_servers"
 
 module Bench
   # `rake bench`'s adapter rows (docs/adapters.md): one call through an
@@ -11,7 +12,7 @@ module Bench
     module_function
 
     def rows(scenarios)
-      [net_http(scenarios), redis(scenarios)].compact
+      [net_http(scenarios), redis(scenarios), active_record(scenarios)].compact
     end
 
     # `->(n) { [calls, seconds, process CPU seconds] }`, timed by the
@@ -97,6 +98,25 @@ module Bench
       breaker = CircuitBreaker.registry.fetch("redis:#{server.socket}")
       scenarios.check(breaker.metrics[:total].positive? && breaker.closed?, "redis: #{breaker.metrics}")
       adapter_row("Redis GET, unix socket, redis-rb #{::Redis::VERSION}", r)
+    ensure
+      server&.stop
+    end
+
+    def active_record(scenarios)
+      return { note: "adapters: the SQL row skipped, PostgreSQL is not installed" } unless DbServers::Postgres.available?
+
+      require "circuit_breaker/active_record"
+      server = DbServers::Postgres.start
+      models = { with: { circuit_breaker: true }, without: {} }.to_h do |key, extra|
+        model = Class.new(::ActiveRecord::Base) { self.abstract_class = true }
+        Bench.const_set(:"AdapterBench#{key.capitalize}", model)
+        model.establish_connection(server.config(**extra))
+        [key, model.connection]
+      end
+      r = Bench.measure(models.transform_values { |c| runner { c.select_value("SELECT 1") } })
+      breaker = CircuitBreaker.registry.fetch("active_record:127.0.0.1:#{server.port}/postgres")
+      scenarios.check(breaker.metrics[:total].positive? && breaker.closed?, "active_record: #{breaker.metrics}")
+      adapter_row("ActiveRecord `SELECT 1`, PostgreSQL on 127.0.0.1", r)
     ensure
       server&.stop
     end

@@ -1,0 +1,179 @@
+# frozen_string_literal: true
+
+begin
+  require "circuit_breaker/active_record"
+  require "pg"
+  require "mysql2"
+rescue LoadError => e
+  # bin/test installs ActiveRecord, pg and mysql2; a bare `rspec` says what is missing.
+  RSpec.describe "CircuitBreaker::Adapters::ActiveRecord" do
+    it("runs against PostgreSQL and MariaDB") { skip "#{e.message} (bin/test installs it)" }
+  end
+  return
+end
+
+# Abstract models, one per database, so the specs never touch
+# ActiveRecord::Base's own connection.
+class AdapterSpecPostgres < ActiveRecord::Base
+  self.abstract_class = true
+end
+
+class AdapterSpecMariaDB < ActiveRecord::Base
+  self.abstract_class = true
+end
+
+# The ActiveRecord adapter against real servers: PostgreSQL and MariaDB
+# (spec/support/db_servers.rb), killed (refused), with a connection
+# terminated by the server, a statement timing out, a role over its
+# connection limit, and bad SQL.
+RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
+  let(:clock) { CircuitBreaker::ManualClock.new }
+  let(:options) { { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 3, open_duration: 10, clock: clock } }
+
+  after do
+    model.remove_connection
+    described_class.clear!
+    CircuitBreaker.forget_all!
+    server.launch unless server.up?
+  end
+
+  def connect(**extra)
+    model.establish_connection(server.config(circuit_breaker: options, **extra))
+    model.connection
+  end
+
+  def breaker
+    CircuitBreaker.registry.fetch("active_record:127.0.0.1:#{server.port}/#{database}")
+  end
+
+  def counts
+    breaker.metrics.slice(:total, :failures)
+  end
+
+  # Queries that reach the database (ActiveRecord instruments each).
+  def queries_sent
+    sent = 0
+    subscriber = ActiveSupport::Notifications.subscribe("sql.active_record") { sent += 1 }
+    yield
+    sent
+  ensure
+    ActiveSupport::Notifications.unsubscribe(subscriber)
+  end
+
+  shared_examples "a protected database" do
+    it "leaves databases without the setting alone" do
+      model.establish_connection(server.config)
+      model.connection.select_value("SELECT 1")
+
+      expect(CircuitBreaker.registry).to be_empty
+    end
+
+    it "records bad SQL as a success and raises it as ActiveRecord does" do
+      c = connect
+      before = counts[:total]
+
+      expect { c.execute("SELEC 1") }.to raise_error(ActiveRecord::StatementInvalid)
+      expect(counts).to eq(total: before + 1, failures: 0)
+    end
+
+    it "records a statement timeout as a failure" do
+      c = connect
+      before = counts[:failures]
+
+      expect { c.execute(slow_statement) }.to raise_error(ActiveRecord::StatementInvalid)
+      expect(counts[:failures]).to eq(before + 1)
+    end
+
+    it "records a connection the server terminated as a failure" do
+      c = connect
+      terminate(c)
+      before = counts[:failures]
+
+      expect { c.select_value("SELECT 1") }.to raise_error(ActiveRecord::ActiveRecordError)
+      expect(counts[:failures]).to eq(before + 1)
+    end
+
+    it "opens when the server is down, rejects without a query and without a retry, then probes and closes" do
+      c = connect
+      server.crash
+      3.times { expect { c.select_value("SELECT 1") }.to raise_error(ActiveRecord::ActiveRecordError) }
+      expect(breaker.state).to eq(:open)
+      server.launch
+      rejected = breaker.metrics[:rejected]
+
+      error = nil
+      sent = queries_sent { error = (c.select_value("SELECT 1") rescue $!) } # rubocop:disable Style/RescueModifier
+
+      expect(sent).to eq(0)
+      expect(breaker.metrics[:rejected]).to eq(rejected + 1) # asked once: nothing retried it
+      expect(error).to be_a(described_class::OpenError).and be_a(ActiveRecord::ConnectionNotEstablished)
+      expect(CircuitBreaker::OpenError === error).to be(true)
+      expect(error.breaker_name).to eq(breaker.name)
+
+      clock.advance(10)
+      model.connection_pool.disconnect! # a fresh connection, the first probe
+      expect(model.connection.select_value("SELECT 1").to_i).to eq(1)
+      expect(breaker.state).to eq(:closed)
+    end
+  end
+
+  context "with PostgreSQL (pg)" do
+    before(:all) do
+      skip "PostgreSQL is not installed (bin/test installs it)" unless DbServers::Postgres.available?
+      @server = DbServers::Postgres.start
+      admin = PG.connect(host: "127.0.0.1", port: @server.port, user: "postgres", dbname: "postgres")
+      admin.exec("CREATE ROLE crowded LOGIN CONNECTION LIMIT 0")
+      admin.close
+    end
+
+    after(:all) { @server&.stop }
+
+    let(:server) { @server }
+    let(:model) { AdapterSpecPostgres }
+    let(:database) { "postgres" }
+    let(:slow_statement) { "SET statement_timeout = 20; SELECT pg_sleep(5)" }
+
+    def terminate(connection)
+      pid = connection.select_value("SELECT pg_backend_pid()")
+      PG.connect(host: "127.0.0.1", port: server.port, user: "postgres", dbname: "postgres") do |admin|
+        admin.exec("SELECT pg_terminate_backend(#{Integer(pid)})")
+      end
+    end
+
+    include_examples "a protected database"
+
+    it "records too many connections as a failure" do
+      model.establish_connection(server.config(username: "crowded", circuit_breaker: options))
+
+      expect { model.connection }.to raise_error(ActiveRecord::ConnectionNotEstablished, /too many connections/)
+      expect(counts).to eq(total: 1, failures: 1)
+    end
+  end
+
+  context "with MariaDB (mysql2)" do
+    before(:all) do
+      skip "MariaDB is not installed (bin/test installs it)" unless DbServers::MariaDB.available?
+      @server = DbServers::MariaDB.start
+    end
+
+    after(:all) { @server&.stop }
+
+    let(:server) { @server }
+    let(:model) { AdapterSpecMariaDB }
+    let(:database) { "mysql" }
+    let(:slow_statement) do
+      "SET STATEMENT max_statement_time=0.02 FOR " \
+        "SELECT COUNT(*) FROM information_schema.columns a, information_schema.columns b, information_schema.columns c"
+    end
+
+    def terminate(connection)
+      id = connection.select_value("SELECT CONNECTION_ID()")
+      admin = Mysql2::Client.new(host: "127.0.0.1", port: server.port, username: "root")
+      admin.query("KILL #{Integer(id)}")
+    ensure
+      admin&.close
+    end
+
+    include_examples "a protected database"
+  end
+end
