@@ -52,10 +52,10 @@ pub fn travel(by: Nanos) {
 
 /// [`travel`] by `secs` seconds, checked: a finite number >= 0 (the test
 /// helpers' `advance_circuit_breakers`). Returns the total travelled.
-pub fn travel_secs(secs: f64) -> Result<Nanos, crate::config::ConfigError> {
+pub fn travel_secs(secs: f64) -> Result<Nanos, crate::check::ConfigError> {
     let by = checked_nanos_from_secs(secs)
         .filter(|_| secs >= 0.0)
-        .ok_or_else(|| crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs))?;
+        .ok_or_else(|| crate::check::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs))?;
     travel(by);
     Ok(travelled())
 }
@@ -222,20 +222,20 @@ impl ManualClock {
 
     /// A clock that reads `start` seconds: finite, within about ±292 years
     /// (what a reading can hold).
-    pub fn starting_at(start: f64) -> Result<Self, crate::config::ConfigError> {
+    pub fn starting_at(start: f64) -> Result<Self, crate::check::ConfigError> {
         const RANGE: &str = "a finite Numeric within about ±292 years (±9.2e9 seconds)";
-        checked_nanos_from_secs(start).map(Self::new).ok_or_else(|| crate::config::out_of_range("start", RANGE, start))
+        checked_nanos_from_secs(start).map(Self::new).ok_or_else(|| crate::check::out_of_range("start", RANGE, start))
     }
 
     /// Moves the clock forward by `secs` (finite, >= 0), unless that would
     /// pass the largest time it can hold: an error then, never a clock
     /// that silently stops.
-    pub fn advance_secs(&self, secs: f64) -> Result<(), crate::config::ConfigError> {
+    pub fn advance_secs(&self, secs: f64) -> Result<(), crate::check::ConfigError> {
         let by = checked_nanos_from_secs(secs).filter(|_| secs >= 0.0).ok_or_else(|| {
-            crate::config::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs)
+            crate::check::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs)
         })?;
         self.now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| t.checked_add(by)).map(|_| ()).map_err(|_| {
-            crate::config::out_of_range("seconds", "small enough to keep the clock within about 292 years", secs)
+            crate::check::out_of_range("seconds", "small enough to keep the clock within about 292 years", secs)
         })
     }
 

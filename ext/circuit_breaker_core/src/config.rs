@@ -5,48 +5,10 @@
 //! name the argument, the accepted range and the value received, so the
 //! binding can raise them unchanged as `ArgumentError`.
 
+pub use crate::check::ConfigError;
+use crate::check::{check_f64, check_int, out_of_range};
 use crate::clock::{nanos_from_secs, Nanos};
-
-/// A value outside its accepted range.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{name} must be {range} (got {got})")]
-pub struct ConfigError {
-    /// The argument, spelled as the Ruby keyword.
-    pub name: &'static str,
-    /// The accepted range, in words.
-    pub range: &'static str,
-    /// The value received, printed.
-    pub got: String,
-}
-
-pub(crate) fn out_of_range(name: &'static str, range: &'static str, got: impl ToString) -> ConfigError {
-    ConfigError { name, range, got: got.to_string() }
-}
-
-/// Checks `lo < x <= hi` (`lo_open`) or `lo <= x <= hi`, rejecting NaN.
-pub(crate) fn check_f64(
-    name: &'static str,
-    range: &'static str,
-    x: f64,
-    lo: f64,
-    lo_open: bool,
-    hi: f64,
-) -> Result<f64, ConfigError> {
-    let above = if lo_open { x > lo } else { x >= lo };
-    if above && x <= hi {
-        Ok(x)
-    } else {
-        Err(out_of_range(name, range, x))
-    }
-}
-
-pub(crate) fn check_int(name: &'static str, range: &'static str, x: i64, lo: i64, hi: i64) -> Result<u32, ConfigError> {
-    if (lo..=hi).contains(&x) {
-        u32::try_from(x).map_err(|_| out_of_range(name, range, x))
-    } else {
-        Err(out_of_range(name, range, x))
-    }
-}
+use crate::hashing::Fnv;
 
 /// Seconds as a positive, finite duration, at least one nanosecond.
 pub(crate) fn check_secs(name: &'static str, range: &'static str, secs: f64) -> Result<Nanos, ConfigError> {
@@ -261,6 +223,51 @@ fn check_ramp(ramp: &[f64]) -> Result<Vec<u64>, ConfigError> {
             Ok(((share * PPB as f64).round() as u64).clamp(1, PPB))
         })
         .collect()
+}
+
+impl Config {
+    /// A hash of every option: processes sharing a record, and hosts
+    /// sharing a fleet, must agree on it.
+    pub fn fingerprint(&self) -> u64 {
+        // Exhaustive on purpose (no `..`): an option added to `Config` and
+        // not hashed here fails to compile.
+        let Config {
+            error_rate_threshold,
+            slow_rate_threshold,
+            min_calls,
+            open_duration,
+            half_open_calls,
+            ramp,
+            ramp_shares: _, // `ramp` as floats: hashed through `ramp`
+            advance_rate,
+            reopen_rate,
+            half_open_timeout,
+            probe_timeout,
+            min_stage_duration,
+            backoff,
+            max_open_duration,
+            jitter,
+        } = self;
+        let mut h = Fnv::default()
+            .f64(*error_rate_threshold)
+            .f64(*slow_rate_threshold)
+            .i64((*min_calls).into())
+            .i64(*open_duration)
+            .i64((*half_open_calls).into())
+            .i64(ramp.len() as i64);
+        for &share in ramp {
+            h = h.i64(share as i64);
+        }
+        h.f64(*advance_rate)
+            .f64(*reopen_rate)
+            .i64(half_open_timeout.unwrap_or(-1))
+            .i64(probe_timeout.unwrap_or(-1))
+            .i64(*min_stage_duration)
+            .f64(*backoff)
+            .i64(max_open_duration.unwrap_or(-1))
+            .f64(*jitter)
+            .finish()
+    }
 }
 
 #[cfg(test)]

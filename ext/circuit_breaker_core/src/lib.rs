@@ -7,14 +7,18 @@
 //! mutable state is a plain-data record that a [`store`] keeps behind one
 //! lock (in process memory, or in a file every process of the host maps).
 
+pub mod check;
 pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod fleet;
+pub mod hashing;
+pub mod mirror;
 pub mod ramp;
 pub mod record;
 pub mod shm;
 pub mod state;
+pub mod states;
 pub mod store;
 pub mod wake;
 pub mod window;
@@ -22,7 +26,7 @@ pub mod window;
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Nanos};
 pub use config::{Config, ConfigError, Options, ProbeTimeout};
 pub use counters::Counters;
-pub use record::{HeapRecord, Layout, Record, WindowSpec};
+pub use record::{HeapRecord, Layout, Record};
 pub use state::{Breaker, Decision, Metrics, Outcome, Permit, Reason, Rejection, State, Transition, Transitions};
 pub use store::{HeapStore, Published, Store};
-pub use window::{Bucket, Buckets, CountWindow, Counts, PlacedWindow, RelSlice, Slots, TimeWindow, Window};
+pub use window::{Bucket, Buckets, CountWindow, Counts, PlacedWindow, RelSlice, Slots, TimeWindow, Window, WindowSpec};

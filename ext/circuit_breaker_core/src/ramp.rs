@@ -227,7 +227,7 @@ pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, reope
 }
 
 /// Adds the layout of a stage (see [`crate::shm::layout_hash`]).
-pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
     let h = crate::hash_layout!(
         h,
         Stage { index, entered_at, started_at, asked, issued, in_flight, succeeded, failed, cohorts, next_tag }

@@ -9,18 +9,9 @@
 
 use std::mem::{align_of, size_of};
 
-use crate::config::{check_int, ConfigError};
+use crate::check::{check_int, ConfigError};
 use crate::state::Breaker;
-use crate::window::{Bucket, CountWindow, PlacedWindow, TimeWindow, Window};
-
-/// The window a record is built with.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum WindowSpec {
-    /// The last `size` calls.
-    Count { size: i64, slow_threshold_ms: f64 },
-    /// The last `seconds`, in `buckets` buckets.
-    Time { seconds: f64, buckets: i64, slow_threshold_ms: f64 },
-}
+use crate::window::{Bucket, CountWindow, PlacedWindow, TimeWindow, Window, WindowSpec};
 
 /// The state a lock protects: the window and the breaker built on it.
 #[repr(C)]
@@ -117,7 +108,7 @@ impl Record {
 impl Record {
     /// Adds the layout of the record and of everything it holds (see
     /// [`crate::shm::layout_hash`]).
-    pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+    pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
         let h = crate::hash_layout!(h, Record { window, breaker });
         Breaker::layout(crate::window::layout(h))
     }

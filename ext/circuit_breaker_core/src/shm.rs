@@ -37,8 +37,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use crate::clock::Nanos;
-use crate::record::{Record, WindowSpec};
+use crate::hashing::Fnv;
+use crate::record::Record;
 use crate::store::{Published, Store};
+use crate::window::WindowSpec;
 #[cfg(all(target_os = "linux", not(feature = "portable")))]
 use {crate::record::Layout, std::ffi::CString, std::mem::MaybeUninit, std::ptr, std::sync::atomic::Ordering};
 
@@ -108,148 +110,18 @@ fn header_size() -> usize {
     size_of::<Header>().div_ceil(64) * 64
 }
 
-/// Hashes values (FNV-1a): equal inputs hash the same in every process and
-/// build.
-#[derive(Debug, Clone, Copy)]
-pub struct ConfigHash(u64);
-
-impl Default for ConfigHash {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl ConfigHash {
-    /// Adds the bytes of one value.
-    pub fn bytes(mut self, bytes: &[u8]) -> Self {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        self
-    }
-
-    /// Adds a float by its bits.
-    pub fn f64(self, x: f64) -> Self {
-        self.bytes(&x.to_bits().to_le_bytes())
-    }
-
-    /// Adds an integer.
-    pub fn i64(self, x: i64) -> Self {
-        self.bytes(&x.to_le_bytes())
-    }
-
-    /// Adds a size or an offset.
-    pub fn usize(self, x: usize) -> Self {
-        self.bytes(&(x as u64).to_le_bytes())
-    }
-
-    /// Adds a string, length first (so that "ab"+"c" and "a"+"bc" differ).
-    pub fn text(self, s: &[u8]) -> Self {
-        self.usize(s.len()).bytes(s)
-    }
-
-    /// Adds a window's configuration.
-    pub fn spec(self, spec: &WindowSpec) -> Self {
-        match *spec {
-            WindowSpec::Count { size, slow_threshold_ms } => self.i64(1).i64(size).f64(slow_threshold_ms),
-            WindowSpec::Time { seconds, buckets, slow_threshold_ms } => {
-                self.i64(2).f64(seconds).i64(buckets).f64(slow_threshold_ms)
-            }
-        }
-    }
-
-    /// The hash.
-    pub fn finish(self) -> u64 {
-        self.0
-    }
-}
-
-/// The size of what `_p` points to (for [`hash_layout!`]).
-#[doc(hidden)]
-pub fn pointee_size<T>(_p: *const T) -> usize {
-    size_of::<T>()
-}
-
-/// The type name of what `_p` points to (for [`hash_layout!`]).
-#[doc(hidden)]
-pub fn pointee_name<T>(_p: *const T) -> &'static str {
-    std::any::type_name::<T>()
-}
-
-/// Adds a `repr(C)` struct's name, size and alignment, and each field's
-/// name, offset, size and type, to a [`ConfigHash`]; `enum T` adds an
-/// enum's name, size and alignment. Used by the `layout` function next to
-/// each struct stored in a shared file. The field list must be whole: a
-/// field added to the struct and not to the list fails to compile.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! hash_layout {
-    ($h:expr, enum $t:ty) => {
-        $h.text(::std::any::type_name::<$t>().as_bytes())
-            .usize(::std::mem::size_of::<$t>())
-            .usize(::std::mem::align_of::<$t>())
-    };
-    ($h:expr, $t:path { $($f:ident),* $(,)? }) => {{
-        // Exhaustive on purpose (no `..`): a new field must be listed.
-        #[allow(dead_code)]
-        fn whole(v: &$t) {
-            let $t { $($f: _),* } = v;
-        }
-        let value = ::std::mem::MaybeUninit::<$t>::uninit();
-        let base = value.as_ptr();
-        #[allow(unused_mut)]
-        let mut h = $crate::hash_layout!($h, enum $t);
-        $(
-            // SAFETY: `addr_of!` on a field of an uninitialised value only
-            // computes its address; nothing is read.
-            let field = unsafe { ::std::ptr::addr_of!((*base).$f) };
-            h = h
-                .text(stringify!($f).as_bytes())
-                .usize(field as usize - base as usize)
-                .usize($crate::shm::pointee_size(field))
-                .text($crate::shm::pointee_name(field).as_bytes());
-        )*
-        h
-    }};
-}
-
 /// A hash of the layout of every struct stored in a shared file, the
 /// file's version and the crate's version: part of every file's key and
 /// header, so two builds never read each other's bytes.
 pub fn layout_hash() -> u64 {
-    let h = ConfigHash::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
-    let h = hash_layout!(
+    let h = Fnv::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
+    let h = crate::hash_layout!(
         h,
         Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published }
     );
     let h = Published::layout(h);
     let h = h.usize(size_of::<libc::pthread_mutex_t>()).usize(align_of::<libc::pthread_mutex_t>());
     Record::layout(h).finish()
-}
-
-impl crate::config::Config {
-    /// A hash of every option: processes sharing a record must agree on it.
-    pub fn fingerprint(&self) -> u64 {
-        let mut h = ConfigHash::default()
-            .f64(self.error_rate_threshold)
-            .f64(self.slow_rate_threshold)
-            .i64(self.min_calls.into())
-            .i64(self.open_duration)
-            .i64(self.half_open_calls.into())
-            .i64(self.ramp.len() as i64);
-        for &share in &self.ramp {
-            h = h.i64(share as i64);
-        }
-        h.f64(self.advance_rate)
-            .f64(self.reopen_rate)
-            .i64(self.half_open_timeout.unwrap_or(-1))
-            .i64(self.probe_timeout.unwrap_or(-1))
-            .i64(self.min_stage_duration)
-            .f64(self.backoff)
-            .i64(self.max_open_duration.unwrap_or(-1))
-            .f64(self.jitter)
-            .finish()
-    }
 }
 
 /// Where shared files live: `$CIRCUIT_BREAKER_SHM_DIR`, else `/dev/shm`
@@ -285,8 +157,8 @@ pub struct Key<'a> {
 impl Key<'_> {
     /// The hash of everything the file's bytes depend on.
     fn hash(&self) -> u64 {
-        ConfigHash(self.config_hash)
-            .spec(self.spec)
+        self.spec
+            .hash(Fnv::from_hash(self.config_hash))
             .text(self.namespace)
             .text(self.name)
             .i64(layout_hash() as i64)
@@ -1045,13 +917,6 @@ mod tests {
         let p = k.path().unwrap();
         let name = p.file_name().unwrap().to_str().unwrap().to_owned();
         assert!(name.starts_with(&format!("{}app%201-pay%2Fments%20%C3%BC-", file_prefix())), "{name}");
-    }
-
-    #[test]
-    fn config_hashes_differ_with_values() {
-        let a = ConfigHash::default().f64(0.5).i64(20).finish();
-        assert_eq!(a, ConfigHash::default().f64(0.5).i64(20).finish());
-        assert_ne!(a, ConfigHash::default().f64(0.5).i64(21).finish());
     }
 
     #[test]

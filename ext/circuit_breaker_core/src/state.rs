@@ -23,56 +23,10 @@
 use crate::clock::Nanos;
 use crate::config::Config;
 use crate::counters::Counters;
-use crate::fleet::HostSide;
+use crate::mirror::HostSide;
 use crate::ramp::{Cohort, Stage, Verdict, TAG_LIMIT};
+pub use crate::states::{Reason, State};
 use crate::window::{Buckets, Counts, Mark, Slots, Window};
-
-/// The breaker's states.
-#[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// Admits every call and watches the rates.
-    Closed,
-    /// Rejects every call until the open duration has passed.
-    Open,
-    /// Admits probes along the ramp.
-    HalfOpen,
-    /// Rejects every call until reset (manual).
-    ForcedOpen,
-    /// Admits every call, records, never trips, until reset (manual).
-    Disabled,
-}
-
-impl State {
-    /// The state in a [`Breaker::published`] word.
-    pub fn published(word: u64) -> Self {
-        [State::Closed, State::Open, State::HalfOpen, State::ForcedOpen, State::Disabled]
-            .into_iter()
-            .find(|s| *s as u64 == word & 7)
-            .unwrap_or(State::Open)
-    }
-}
-
-/// Why a transition happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    /// The error rate reached its threshold.
-    ErrorRate,
-    /// The slow-call rate reached its threshold.
-    SlowCallRate,
-    /// Half-open probes could no longer reach `reopen_rate`.
-    ProbeFailed,
-    /// The last ramp stage's probes reached `advance_rate`.
-    ProbesPassed,
-    /// The open duration passed.
-    CoolDownElapsed,
-    /// A half-open stage took longer than `half_open_timeout`.
-    HalfOpenTimeout,
-    /// A probe not settled within `probe_timeout` failed the stage.
-    ProbeTimeout,
-    /// `trip!`, `reset!`, `force_open!` or `disable!`.
-    Manual,
-}
 
 /// A permission to run one call, to be settled with [`Breaker::complete`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,7 +263,7 @@ impl Breaker {
 
     /// Adds the layout of the breaker's state (see
     /// [`crate::shm::layout_hash`]); keep the field list whole.
-    pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+    pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
         let h = crate::hash_layout!(h, enum State);
         let h = crate::hash_layout!(
             h,
@@ -317,7 +271,7 @@ impl Breaker {
         );
         let h =
             crate::hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
-        let h = crate::fleet::layout(h);
+        let h = crate::mirror::layout(h);
         crate::ramp::layout(h)
     }
 

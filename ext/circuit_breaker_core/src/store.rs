@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Nanos;
 use crate::config::ConfigError;
-use crate::record::{forks, HeapRecord, Record, WindowSpec};
+use crate::record::{forks, HeapRecord, Record};
 use crate::state::{Decision, Permit, State};
+use crate::window::WindowSpec;
 
 /// What a store publishes after every step, for callers that take no lock:
 /// the call path's closed check ([`Published::admitting`]) and the decision
@@ -74,7 +75,7 @@ impl Published {
 
     /// Adds the layout of `Published` (it is stored in shared files; see
     /// `crate::shm::layout_hash`); keep the field list whole.
-    pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+    pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
         crate::hash_layout!(h, Published { word, half_open_at, dropped })
     }
 }

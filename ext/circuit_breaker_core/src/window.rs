@@ -9,8 +9,30 @@
 //! field is plain data (integers, floats): a window has no pointers of its
 //! own besides its storage.
 
+use crate::check::{check_f64, check_int, out_of_range, ConfigError};
 use crate::clock::Nanos;
-use crate::config::{check_f64, check_int, out_of_range, ConfigError};
+use crate::hashing::Fnv;
+
+/// The window a record is built with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WindowSpec {
+    /// The last `size` calls.
+    Count { size: i64, slow_threshold_ms: f64 },
+    /// The last `seconds`, in `buckets` buckets.
+    Time { seconds: f64, buckets: i64, slow_threshold_ms: f64 },
+}
+
+impl WindowSpec {
+    /// Adds this window's configuration to a hash.
+    pub fn hash(&self, h: Fnv) -> Fnv {
+        match *self {
+            WindowSpec::Count { size, slow_threshold_ms } => h.i64(1).i64(size).f64(slow_threshold_ms),
+            WindowSpec::Time { seconds, buckets, slow_threshold_ms } => {
+                h.i64(2).f64(seconds).i64(buckets).f64(slow_threshold_ms)
+            }
+        }
+    }
+}
 
 /// Storage of a [`CountWindow`]: one byte per call.
 pub trait Slots: AsRef<[u8]> + AsMut<[u8]> {}
@@ -472,7 +494,7 @@ impl<S: Slots, B: Buckets> Window<S, B> {
 
 /// Adds the layout of a placed window and its parts (see
 /// [`crate::shm::layout_hash`]).
-pub(crate) fn layout(h: crate::shm::ConfigHash) -> crate::shm::ConfigHash {
+pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
     let h = crate::hash_layout!(h, enum PlacedWindow);
     let h =
         crate::hash_layout!(h, CountWindow<RelSlice<u8>> { slots, slow_threshold_ms, head, len, failures, slow_calls });

@@ -1,0 +1,146 @@
+//! The fleet's mirror in a breaker's record: what this host follows of the
+//! fleet, the probe slots it was granted, and the command or proposal that
+//! waits for the next send (docs/fleet.md). Plain data inside [`Breaker`]
+//! (crate::state::Breaker), under the record's lock; the state machine
+//! consults it, the fleet's sync (fleet.rs) fills it.
+
+use crate::clock::Nanos;
+use crate::ramp::Verdict;
+use crate::states::{Reason, State};
+
+/// A change of the fleet state a host sends: a proposal (compare-and-set
+/// on `expected`) or a command (unconditional: manual actions).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Proposal {
+    /// None: a command.
+    pub expected: Option<u64>,
+    pub state: State,
+    pub reason: Reason,
+    /// How long an opening lasts (0 otherwise).
+    pub open_for: Nanos,
+    /// The backed-off length the next reopen multiplies.
+    pub open_base: Nanos,
+    pub stage: u32,
+}
+
+/// The host's side of a fleet breaker. Plain data, inside the breaker's
+/// record (so a `shared:` breaker has one per host).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HostSide {
+    /// A fleet breaker: manual actions become fleet commands.
+    pub(crate) attached: bool,
+    /// The last send succeeded.
+    pub(crate) connected: bool,
+    /// The fleet state last followed.
+    pub(crate) epoch: u64,
+    pub(crate) version: u64,
+    /// Enforcing a fleet opening or half-open: probes only within grants.
+    pub(crate) following: bool,
+    /// The fleet stage whose probes this host counts, and its slots.
+    pub(crate) stage_generation: u64,
+    pub(crate) granted: u32,
+    /// Calls that found no slot in the followed stage (they want one).
+    pub(crate) starved: u32,
+    pub(crate) passed: u32,
+    pub(crate) failed: u32,
+    /// A manual action waiting for the next send.
+    pub(crate) command: Option<(State, Nanos)>,
+    /// Counts manual actions; `command_sent` is the count a report
+    /// carried, so a reply clears only a command it answers (an action
+    /// taken while a send was in flight goes out with the next one).
+    pub(crate) command_seq: u32,
+    pub(crate) command_sent: u32,
+    /// A proposal decided from the last reply, for the next send.
+    pub(crate) proposal: Option<Proposal>,
+    /// The process that sends for this record (one per host with
+    /// `shared:`), and when it last claimed it; 0: nobody yet.
+    pub(crate) syncer_pid: u32,
+    pub(crate) syncer_beat: Nanos,
+}
+
+/// Adds the layout of [`HostSide`] (see `crate::shm::layout_hash`); keep
+/// the field list whole.
+pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
+    crate::hash_layout!(
+        h,
+        HostSide {
+            attached,
+            connected,
+            epoch,
+            version,
+            following,
+            stage_generation,
+            granted,
+            starved,
+            passed,
+            failed,
+            command,
+            command_seq,
+            command_sent,
+            proposal,
+            syncer_pid,
+            syncer_beat
+        }
+    )
+}
+
+impl HostSide {
+    /// Probe slots this host may hand out in the current stage.
+    pub(crate) fn probe_quota(&self, half_open_calls: u32) -> u32 {
+        if self.following {
+            self.granted.min(half_open_calls)
+        } else {
+            half_open_calls
+        }
+    }
+
+    /// A manual action on this host, to become the fleet's.
+    pub(crate) fn command(&mut self, to: State, open_for: Nanos) {
+        if self.attached {
+            self.command = Some((to, open_for));
+            self.command_seq = self.command_seq.wrapping_add(1);
+        }
+    }
+
+    /// A call found no probe slot: while following a fleet stage, it
+    /// wants one (asked for at the next send).
+    pub(crate) fn starve(&mut self) {
+        if self.following {
+            self.starved = self.starved.saturating_add(1);
+        }
+    }
+
+    /// A probe of the followed stage finished (or timed out: failed).
+    pub(crate) fn probe_finished(&mut self, passed: bool) {
+        if self.following {
+            let tally = if passed { &mut self.passed } else { &mut self.failed };
+            *tally = tally.saturating_add(1);
+        }
+    }
+
+    /// In a forked child's copy of a record: nobody sends for it yet.
+    pub(crate) fn after_fork(&mut self) {
+        self.syncer_pid = 0;
+    }
+
+    /// Only the fleet advances or restarts a stage it runs.
+    pub(crate) fn restrain(&self, v: Verdict) -> Verdict {
+        match v {
+            Verdict::Advance | Verdict::Restart if self.following => Verdict::Pending,
+            v => v,
+        }
+    }
+
+    pub(crate) fn enter_stage(&mut self, generation: u64) {
+        *self = Self {
+            following: true,
+            stage_generation: generation,
+            granted: 0,
+            starved: 0,
+            passed: 0,
+            failed: 0,
+            ..*self
+        };
+    }
+}
