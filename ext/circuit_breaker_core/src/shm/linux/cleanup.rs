@@ -1,0 +1,69 @@
+//! Removing the files no live process maps any more.
+
+use std::path::Path;
+
+use super::file::{MappedRecord, INIT, IN_USE, MAGIC};
+use super::{c_path, fstat, range_lock, still_at, Fd};
+use crate::shm::dir::file_prefix;
+use crate::shm::ShmError;
+
+/// Removes the files of this user in `dir` (other than `keep`) that no
+/// live process maps: those of version 4 and later whose `IN_USE` and
+/// `INIT` locks are both free, and empty or zero-headed ones nobody is
+/// building. Files of older versions are left alone (they take no `IN_USE`
+/// lock, so whether they are used cannot be told). Best effort: a file that
+/// cannot be inspected is kept.
+pub fn remove_unused(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let prefix = file_prefix();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.as_encoded_bytes().starts_with(prefix.as_bytes()) {
+            continue;
+        }
+        let path = entry.path();
+        if path == keep {
+            continue;
+        }
+        let _ = remove_if_unused(&path);
+    }
+}
+
+fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
+    let cpath = c_path(path)?;
+    // O_NONBLOCK: never wait on a FIFO planted under the prefix.
+    let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    // SAFETY: `cpath` is a C string.
+    let fd = unsafe { libc::open(cpath.as_ptr(), flags) };
+    if fd < 0 {
+        return Ok(false);
+    }
+    let fd = Fd(fd);
+    let st = fstat(fd.0).map_err(|e| ShmError::Io { context: String::new(), source: e })?;
+    // SAFETY: geteuid cannot fail.
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != unsafe { libc::geteuid() } {
+        return Ok(false);
+    }
+    let ours = version_at_least_4(fd.0) || st.st_size == 0 || MappedRecord::magic_is_zero(fd.0);
+    if !ours {
+        return Ok(false);
+    }
+    let free = range_lock(fd.0, IN_USE, libc::F_WRLCK).unwrap_or(false)
+        && range_lock(fd.0, INIT, libc::F_WRLCK).unwrap_or(false);
+    if !free || !still_at(fd.0, &cpath) {
+        return Ok(false);
+    }
+    // SAFETY: `cpath` is a C string; the file is ours and unused, and the
+    // INIT lock keeps an opener from adopting it until it is gone (openers
+    // check, under that lock, that their file is still at its path).
+    Ok(unsafe { libc::unlink(cpath.as_ptr()) } == 0)
+}
+
+/// Whether the file holds a header of version 4 or later (which take the
+/// `IN_USE` lock).
+fn version_at_least_4(fd: i32) -> bool {
+    let mut head = [0u8; 12];
+    // SAFETY: reads at most 12 bytes into `head`.
+    let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, head.len(), 0) };
+    n == 12 && head[..8] == MAGIC && u32::from_ne_bytes([head[8], head[9], head[10], head[11]]) >= 4
+}

@@ -1,0 +1,109 @@
+//! Linux: the system calls the mapped record and the cleanup share
+//! (open-file-description range locks, `fstat`, descriptors, clocks).
+
+use std::ffi::CString;
+use std::io;
+use std::mem::MaybeUninit;
+use std::path::Path;
+
+use super::ShmError;
+use crate::clock::Nanos;
+
+mod cleanup;
+mod file;
+#[cfg(test)]
+mod tests;
+
+pub use cleanup::remove_unused;
+pub use file::{Guard, MappedRecord};
+
+pub(super) fn os_error(context: impl Into<String>) -> ShmError {
+    ShmError::Io { context: context.into(), source: io::Error::last_os_error() }
+}
+
+/// Locks (`F_OFD_SETLK`) or unlocks one byte of the file, without waiting.
+pub(super) fn range_lock(fd: i32, byte: i64, kind: i32) -> io::Result<bool> {
+    // SAFETY: a zeroed flock is a valid value; fcntl only reads it.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = byte;
+    lock.l_len = 1;
+    loop {
+        // SAFETY: `fd` is open; `lock` is a valid flock.
+        if unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &lock) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN | libc::EACCES) => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Locks one byte of the file, retrying for up to `wait` nanoseconds:
+/// `ETIMEDOUT` when another process keeps it that long.
+pub(super) fn range_lock_within(fd: i32, byte: i64, kind: i32, wait: Nanos) -> io::Result<()> {
+    let deadline = monotonic().saturating_add(wait);
+    while !range_lock(fd, byte, kind)? {
+        if monotonic() >= deadline {
+            return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+pub(super) fn fstat(fd: i32) -> io::Result<libc::stat> {
+    let mut st = MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `fd` is open; fstat fills `st` when it returns 0.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: initialised by fstat.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// Whether `fd` is still the file at `path` (not removed or replaced).
+pub(super) fn still_at(fd: i32, path: &CString) -> bool {
+    let mut st = MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `path` is a C string; lstat fills `st` when it returns 0.
+    if unsafe { libc::lstat(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: initialised by lstat.
+    let at_path = unsafe { st.assume_init() };
+    fstat(fd).is_ok_and(|own| own.st_ino == at_path.st_ino && own.st_dev == at_path.st_dev && own.st_nlink > 0)
+}
+
+pub(super) fn c_path(path: &Path) -> Result<CString, ShmError> {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| ShmError::Mismatch(format!("{}: a path may not contain NUL", path.display())))
+}
+
+/// An open descriptor, closed when dropped (which also drops its locks).
+pub(super) struct Fd(pub(super) i32);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: closes the descriptor this value owns, once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+pub(super) fn clock_ns(clock: libc::clockid_t) -> Nanos {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes `ts`; both clocks always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as Nanos).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as Nanos)
+}
+
+pub(super) fn monotonic() -> Nanos {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+pub(super) fn realtime() -> Nanos {
+    clock_ns(libc::CLOCK_REALTIME)
+}

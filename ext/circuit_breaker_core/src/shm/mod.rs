@@ -1,0 +1,112 @@
+//! A [`Record`] in a memory-mapped file, shared by every process of a host
+//! that opens the same key, behind a robust process-shared mutex.
+//!
+//! The file's name holds a hash of everything its bytes depend on: the
+//! namespace and name, the configuration, the window and the layout of
+//! every struct stored in it ([`layout_hash`]). Two processes whose options
+//! or gem builds differ therefore never open the same file, so a rolling
+//! deploy never meets a file it cannot use (docs/shared.md).
+//!
+//! File layout: a [`Header`] (magic, layout version and hash, sizes, the
+//! configuration hash, the mutex, the published words), then the record's
+//! block. Two open-file-description locks on the file's first bytes
+//! coordinate the processes: `INIT` (exclusive) while one process creates,
+//! validates or removes the file, `IN_USE` (shared) for as long as a
+//! process maps it, so that [`remove_unused`] deletes only files no live
+//! process maps. Opening waits for them at most [`OPEN_WAIT`]. The space is reserved with `posix_fallocate` before any
+//! page is touched: a full file system is an error at construction, never
+//! a SIGBUS later.
+//!
+//! The mutex is taken through a [`Guard`] that unlocks when dropped (also
+//! on a panic). A holder that died is recovered (`EOWNERDEAD`: the window's
+//! running totals are recounted); a holder that is stuck (stopped, frozen,
+//! paused in a debugger) is waited for only up to a bound the caller
+//! chooses ([`MappedRecord::lock_within`]); any other lock error is
+//! returned, never ignored.
+//!
+//! The file half needs robust process-shared mutexes, open-file-description
+//! locks and `posix_fallocate`: it is built on Linux only. Elsewhere, and
+//! with the `portable` feature, [`SUPPORTED`] is false, the keys and hashes
+//! are built as everywhere, and [`MappedRecord::open`] refuses with
+//! [`ShmError::Unsupported`] (a record that cannot exist is never used;
+//! docs/install.md says why this is an error, not a quiet fallback).
+//!
+//! The files: this one holds what both kinds of build share (the header's
+//! layout and hash, the errors); `dir.rs` the directory, the keys and the
+//! file names; `linux/` the mapped record and its lock (`file.rs`), the
+//! cleanup of unused files (`cleanup.rs`) and the system calls both use;
+//! `unsupported.rs` the refusal elsewhere. Each platform sits behind one
+//! `cfg`, on its `mod` line below.
+
+use std::io;
+use std::mem::{align_of, size_of};
+
+use crate::hashing::Fnv;
+use crate::record::Record;
+use crate::store::Published;
+
+mod dir;
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
+mod linux;
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+mod unsupported;
+
+pub use dir::{shm_dir, Key};
+#[cfg(all(target_os = "linux", not(feature = "portable")))]
+pub use linux::{remove_unused, Guard, MappedRecord};
+#[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+pub use unsupported::{Guard, MappedRecord};
+
+/// Whether this build maps shared records (Linux, without the `portable`
+/// feature; see the module doc).
+pub const SUPPORTED: bool = cfg!(all(target_os = "linux", not(feature = "portable")));
+/// Bumped whenever the meaning of the file's bytes changes in a way the
+/// structural [`layout_hash`] cannot see. Files of version 4 and later take
+/// the `IN_USE` lock, which lets [`remove_unused`] tell when they are free.
+pub const LAYOUT_VERSION: u32 = 4;
+/// The longest file name most file systems take (NAME_MAX).
+pub const NAME_MAX: usize = 255;
+
+#[repr(C)]
+pub(crate) struct Header {
+    pub(crate) magic: [u8; 8],
+    pub(crate) version: u32,
+    pub(crate) ready: u32,
+    pub(crate) header_size: u64,
+    pub(crate) record_size: u64,
+    pub(crate) config_hash: u64,
+    pub(crate) layout_hash: u64,
+    pub(crate) mutex: libc::pthread_mutex_t,
+    /// Stored under the mutex, read without it (host-wide).
+    pub(crate) published: Published,
+}
+
+/// Why a shared record could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    /// The file exists but is not one this build can use, or the name
+    /// cannot be a file name.
+    #[error("{0}")]
+    Mismatch(String),
+    /// The operating system refused (permissions, space, …).
+    #[error("{context}: {source}")]
+    Io { context: String, source: io::Error },
+    /// This build has no shared records (see the module doc); the message
+    /// names `shared:` and the platform.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// A hash of the layout of every struct stored in a shared file, the
+/// file's version and the crate's version: part of every file's key and
+/// header, so two builds never read each other's bytes.
+pub fn layout_hash() -> u64 {
+    let h = Fnv::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
+    let h = crate::hash_layout!(
+        h,
+        Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published }
+    );
+    let h = Published::layout(h);
+    let h = h.usize(size_of::<libc::pthread_mutex_t>()).usize(align_of::<libc::pthread_mutex_t>());
+    Record::layout(h).finish()
+}
