@@ -22,6 +22,11 @@ class CircuitBreaker
   include Permits
   include Events
 
+  # @return [Float] seconds the first opening lasts (`open_duration:`),
+  #   before any backoff; what waiting out a forced-open breaker is
+  #   measured by (the Sidekiq adapter, docs/adapters.md)
+  attr_reader :open_duration
+
   # @return [Boolean] whether the breaker is closed (admits every call)
   def closed?
     state == :closed

@@ -74,6 +74,7 @@ class CircuitBreaker
               jitter: jitter, name: name, clock: clock, shared: shared, namespace: namespace
             })
     @logger = logger
+    @open_duration = open_duration.to_f # validated by __setup
     return unless fleet_settings
 
     Fleet.attach(self, *fleet_settings, shared: shared && "#{namespace}:#{shared}", namespace: fleet_namespace)
