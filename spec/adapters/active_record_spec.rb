@@ -3,8 +3,9 @@
 begin
   require "circuit_breaker/active_record"
   require "pg"
-  require "mysql2"
-rescue LoadError => e
+  # mysql2 is required by its context, just before it is used (see there).
+  gem "mysql2" if defined?(Gem)
+rescue LoadError, Gem::LoadError => e
   # bin/test installs ActiveRecord, pg and mysql2; a bare `rspec` says what is missing.
   RSpec.describe "CircuitBreaker::Adapters::ActiveRecord" do
     it("runs against PostgreSQL and MariaDB") { skip "#{e.message} (bin/test installs it)" }
@@ -153,6 +154,16 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
   context "with MariaDB (mysql2)" do
     before(:all) do
       skip "MariaDB is not installed (bin/test installs it)" unless DbServers::MariaDB.available?
+      # mysql2 0.5.3 (Debian 12) keeps Ruby objects in C globals that a
+      # heap compaction moves (it crashed in _query after
+      # spec/circuit_breaker/gc_spec.rb's GC.compact). Required here, and
+      # run only in a process whose heap was never compacted: bin/test also
+      # runs spec/adapters in a process of its own, where these run.
+      if GC.stat(:compact_count).positive?
+        skip "the heap was compacted in this process and mysql2 0.5.3 is not compaction-safe; " \
+             "`rspec spec/adapters` (bin/test runs it) runs these"
+      end
+      require "mysql2"
       @server = DbServers::MariaDB.start
     end
 

@@ -1,0 +1,130 @@
+# frozen_string_literal: true
+
+require "socket"
+begin
+  require "circuit_breaker/grpc"
+rescue LoadError => e
+  # bin/test installs ruby-grpc; a bare `rspec` says what is missing.
+  RSpec.describe "CircuitBreaker::Adapters::GRPC" do
+    it("protects calls to a real gRPC server") { skip "#{e.message} (bin/test installs it)" }
+  end
+  return
+end
+
+# A message without protobuf: a string on the wire.
+GrpcSpecText = Struct.new(:text) do
+  def self.marshal(message) = message.text.to_s
+  def self.unmarshal(bytes) = new(bytes)
+end
+
+# A real gRPC server (in this process, on 127.0.0.1): `Answer` answers
+# what the request asks for: "ok", a status to raise ("unavailable",
+# "resource_exhausted", "invalid_argument"), or "slow" (past the caller's
+# deadline). It counts the calls it gets.
+class GrpcSpecService
+  include GRPC::GenericService
+
+  self.service_name = "circuit_breaker.spec.Echo"
+  self.marshal_class_method = :marshal
+  self.unmarshal_class_method = :unmarshal
+  rpc :Answer, GrpcSpecText, GrpcSpecText
+
+  @calls = Queue.new
+  class << self
+    attr_reader :calls
+  end
+
+  def answer(message, _call)
+    request = message.text
+    self.class.calls << request
+    case request
+    when "unavailable" then raise GRPC::Unavailable, "down for the spec"
+    when "resource_exhausted" then raise GRPC::ResourceExhausted, "too busy"
+    when "invalid_argument" then raise GRPC::InvalidArgument, "bad request"
+    when "slow" then sleep 0.5 # the server side of a deadline: the caller gives up after 50 ms
+    end
+    message
+  end
+end
+
+GrpcSpecStub = GrpcSpecService.rpc_stub_class
+
+RSpec.describe CircuitBreaker::Adapters::GRPC::Interceptor do
+  before(:all) do
+    @server = GRPC::RpcServer.new(pool_size: 4)
+    @port = @server.add_http2_port("127.0.0.1:0", :this_port_is_insecure)
+    @server.handle(GrpcSpecService)
+    @thread = Thread.new { @server.run }
+    @server.wait_till_running(10)
+  end
+
+  after(:all) do
+    @server&.stop
+    @thread&.join(10)
+  end
+
+  let(:clock) { CircuitBreaker::ManualClock.new }
+  let(:options) { { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 3, open_duration: 10, clock: clock } }
+  let(:target) { "127.0.0.1:#{@port}" }
+  let(:interceptor) { described_class.new(target, **options) }
+  let(:stub) { GrpcSpecStub.new(target, :this_channel_is_insecure, interceptors: [interceptor]) }
+
+  after do
+    CircuitBreaker::Adapters::GRPC.clear!
+    CircuitBreaker.forget_all!
+  end
+
+  def calls_made = GrpcSpecService.calls.size
+
+  def ask(text, deadline: 5)
+    stub.answer(GrpcSpecText.new(text), deadline: Time.now + deadline).text
+  rescue GRPC::BadStatus => e
+    e
+  end
+
+  it "records answers as successes, other statuses too" do
+    expect(ask("ok")).to eq("ok")
+    expect(ask("invalid_argument")).to be_a(GRPC::InvalidArgument)
+    expect(interceptor.breaker.metrics.slice(:total, :failures)).to eq(total: 2, failures: 0)
+    expect(interceptor.breaker.name).to eq("grpc:#{target}")
+  end
+
+  it "records UNAVAILABLE, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED as failures, opens, and rejects without a call" do
+    outcomes = [ask("unavailable"), ask("resource_exhausted"), ask("slow", deadline: 0.05)]
+    before = calls_made
+
+    rejected = ask("ok")
+
+    expect(outcomes.map(&:class)).to eq([GRPC::Unavailable, GRPC::ResourceExhausted, GRPC::DeadlineExceeded])
+    expect(interceptor.breaker.state).to eq(:open)
+    expect(calls_made).to eq(before)
+    expect(rejected).to be_a(CircuitBreaker::Adapters::GRPC::OpenError).and be_a(GRPC::Unavailable)
+    expect(CircuitBreaker::OpenError === rejected).to be(true)
+    expect(rejected.breaker_name).to eq("grpc:#{target}")
+    expect(rejected.code).to eq(GRPC::Core::StatusCodes::UNAVAILABLE)
+  end
+
+  it "probes after open_duration and closes when the server answers" do
+    3.times { ask("unavailable") }
+    clock.advance(10)
+
+    expect([ask("ok"), ask("ok")]).to eq(%w[ok ok])
+    expect(interceptor.breaker.state).to eq(:closed)
+  end
+
+  it "counts a server nobody runs as unavailable" do
+    port = TCPServer.new("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
+    down = described_class.new("127.0.0.1:#{port}", **options)
+    client = GrpcSpecStub.new("127.0.0.1:#{port}", :this_channel_is_insecure, interceptors: [down])
+
+    3.times { expect { client.answer(GrpcSpecText.new("ok"), deadline: Time.now + 5) }.to raise_error(GRPC::Unavailable) }
+
+    expect(down.breaker.state).to eq(:open)
+  end
+
+  it "refuses bad arguments, naming them" do
+    expect { described_class.new }.to raise_error(ArgumentError, /target .* or breaker:/)
+    expect { described_class.new(breaker: 1) }.to raise_error(TypeError, /breaker:/)
+    expect { described_class.new(target, failure_errors: [1]) }.to raise_error(TypeError, /failure_errors/)
+  end
+end
