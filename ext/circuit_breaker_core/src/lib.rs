@@ -13,6 +13,7 @@ pub mod config;
 pub mod counters;
 pub mod fleet;
 pub mod hashing;
+pub mod heap_lock;
 pub mod mirror;
 pub mod ramp;
 pub mod record;

@@ -10,6 +10,7 @@
 use std::mem::{align_of, size_of};
 
 use crate::check::{check_int, ConfigError};
+use crate::heap_lock::forks;
 use crate::state::Breaker;
 use crate::window::{Bucket, CountWindow, PlacedWindow, TimeWindow, Window, WindowSpec};
 
@@ -131,23 +132,6 @@ pub struct HeapRecord {
     /// The process's fork count when the record was last used: a forked
     /// child notices the change and frees what dead threads held.
     forks_seen: u64,
-}
-
-static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-extern "C" fn count_fork_in_child() {
-    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// How many times this process is a fork of its ancestors' records.
-pub(crate) fn forks() -> u64 {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    // SAFETY: registers a handler that only bumps an atomic counter, which
-    // is async-signal-safe as a child handler of fork must be.
-    HOOK.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(count_fork_in_child));
-    });
-    FORKS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl HeapRecord {

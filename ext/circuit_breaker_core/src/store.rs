@@ -10,7 +10,6 @@
 //! breaker works the same over either store. Every rule runs on the record
 //! (`state.rs`); a store decides nothing.
 
-use std::cell::UnsafeCell;
 use std::io;
 use std::ops::DerefMut;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -18,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Nanos;
 use crate::config::ConfigError;
-use crate::record::{forks, HeapRecord, Record};
+use crate::heap_lock::{forks, HeapLock, Taken};
+use crate::record::{HeapRecord, Record};
 use crate::state::{Decision, Permit, State};
 use crate::window::WindowSpec;
 
@@ -110,85 +110,62 @@ pub trait Store {
 /// A record in this process's memory, behind a lock of its own.
 ///
 /// The lock is held only for one step of plain Rust (no Ruby code, no
-/// I/O), so it is a word rather than a general mutex: taking it is one
-/// compare-and-swap and releasing it one plain store, where a mutex that
-/// parks waiters releases with a second atomic read-modify-write on every
-/// call (docs/performance.md). The rare waiter (a fleet syncer's thread
-/// against a Ruby thread) polls.
-///
-/// The word says which process took it, as 1 + its fork count: a forked
-/// child inherits the word but not the parent's other threads, so a lock a
-/// parent's thread held when the child was forked is free in the child.
+/// I/O): it is a word of its own ([`HeapLock`], a `lock_api::RawMutex`),
+/// taken with one compare-and-swap and given back with one swap, whose
+/// waiters sleep on the word itself (docs/choices.md, "The heap record's
+/// lock"). Its word names the process that took it, so a lock a parent's
+/// thread held when this process was forked is taken over here, and the
+/// record, which that thread may have left half-changed, is repaired.
 pub struct HeapStore {
-    /// 0: free; otherwise 1 + [`forks`] of the process that took it.
-    lock: AtomicU64,
-    record: UnsafeCell<HeapRecord>,
+    record: lock_api::Mutex<HeapLock, HeapRecord>,
     published: Published,
 }
 
-// SAFETY: the record is only reached through a `HeapGuard`, and `lock`
-// hands one out to a single holder at a time (Acquire on taking, Release
-// on giving back); a record is plain data, so it may change threads.
-unsafe impl Sync for HeapStore {}
+/// A [`HeapStore`]'s record, held; dropping it gives the lock back.
+pub struct HeapGuard<'a>(lock_api::MutexGuard<'a, HeapLock, HeapRecord>);
 
 impl HeapStore {
     /// A new record for a window of `spec`, closed; `seed` seeds the
     /// jitter of its open durations.
     pub fn new(spec: &WindowSpec, seed: u64) -> Result<Self, ConfigError> {
-        Ok(Self {
-            lock: AtomicU64::new(0),
-            record: UnsafeCell::new(HeapRecord::new(spec, seed)?),
-            published: Published::default(),
-        })
+        Ok(Self { record: lock_api::Mutex::new(HeapRecord::new(spec, seed)?), published: Published::default() })
     }
 
+    /// The guard of a lock `taken` by this thread: a record left by an
+    /// ancestor's thread is repaired, and a forked child's first use frees
+    /// what its parent's other threads held.
     #[inline]
-    fn take(&self) -> Option<HeapGuard<'_>> {
-        let forks = forks();
-        let mine = forks + 1;
-        let taken = match self.lock.compare_exchange(0, mine, Ordering::Acquire, Ordering::Relaxed) {
-            Ok(_) => true,
-            // Held by a thread of an ancestor process, which this process
-            // did not inherit: nobody here will give it back.
-            Err(held) if held != mine => {
-                self.lock.compare_exchange(held, mine, Ordering::Acquire, Ordering::Relaxed).is_ok()
-            }
-            Err(_) => false,
-        };
-        if !taken {
-            return None;
+    fn held(&self, taken: Taken) -> HeapGuard<'_> {
+        // SAFETY: `taken` says this thread holds the lock.
+        let mut guard = HeapGuard(unsafe { self.record.make_guard_unchecked() });
+        if taken.over {
+            guard.0.record_mut().repair();
         }
-        let guard = HeapGuard(self);
-        // SAFETY: the lock is held by this guard alone.
-        unsafe { &mut *self.record.get() }.after_forks(forks);
-        Some(guard)
+        guard.0.after_forks(forks());
+        guard
+    }
+
+    /// The raw lock.
+    #[inline]
+    fn lock(&self) -> &HeapLock {
+        // SAFETY: only taken through `try_take`/`take_within` and turned
+        // into a guard by `held`, which gives it back on drop.
+        unsafe { self.record.raw() }
     }
 }
-
-/// A [`HeapStore`]'s record, held; dropping it gives the lock back.
-pub struct HeapGuard<'a>(&'a HeapStore);
 
 impl std::ops::Deref for HeapGuard<'_> {
     type Target = Record;
     #[inline]
     fn deref(&self) -> &Record {
-        // SAFETY: the lock is held by this guard alone.
-        unsafe { &*self.0.record.get() }.record()
+        self.0.record()
     }
 }
 
 impl DerefMut for HeapGuard<'_> {
     #[inline]
     fn deref_mut(&mut self) -> &mut Record {
-        // SAFETY: the lock is held by this guard alone.
-        unsafe { &mut *self.0.record.get() }.record_mut()
-    }
-}
-
-impl Drop for HeapGuard<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        self.0.lock.store(0, Ordering::Release);
+        self.0.record_mut()
     }
 }
 
@@ -197,30 +174,12 @@ impl Store for HeapStore {
 
     #[inline]
     fn try_lock(&self) -> io::Result<Option<HeapGuard<'_>>> {
-        Ok(self.take())
+        Ok(self.lock().try_take().map(|t| self.held(t)))
     }
 
     fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<HeapGuard<'_>>> {
-        // A holder is done within microseconds unless it was preempted:
-        // spin briefly, then sleep in short slices, noticing `stop`.
-        const SPINS: u32 = 100;
-        const NAP: Duration = Duration::from_micros(50);
         let deadline = Instant::now().checked_add(Duration::from_nanos(wait.max(0) as u64));
-        let mut tries = 0u32;
-        loop {
-            if let Some(guard) = self.take() {
-                return Ok(Some(guard));
-            }
-            if stop.load(Ordering::Acquire) || deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
-            }
-            if tries < SPINS {
-                tries += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::sleep(NAP);
-            }
-        }
+        Ok(self.lock().take_within(deadline, stop).map(|t| self.held(t)))
     }
 
     #[inline]

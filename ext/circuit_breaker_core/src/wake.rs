@@ -15,8 +15,8 @@
 //! - a wake is never lost: the failure bit is set before the unpark, and a
 //!   park after an unpark returns at once.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Mutex;
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,9 @@ const CLOSED: u8 = 4;
 pub struct Wake {
     state: AtomicU8,
     /// The syncer's thread, recorded before each wait (while it still holds
-    /// the GVL); the failure path reads it with the GVL held too.
+    /// the GVL); the failure path reads it with the GVL held too. A
+    /// `parking_lot` mutex: no poisoning to handle, and no holder without
+    /// the GVL, so a fork never finds it held.
     thread: Mutex<Option<Thread>>,
 }
 
@@ -78,10 +80,9 @@ impl Wake {
     /// Records the calling thread as the one to unpark (before [`Wake::wait`]).
     pub fn register(&self) {
         let current = std::thread::current();
-        if let Ok(mut t) = self.thread.lock() {
-            if t.as_ref().map(Thread::id) != Some(current.id()) {
-                *t = Some(current);
-            }
+        let mut t = self.thread.lock();
+        if t.as_ref().map(Thread::id) != Some(current.id()) {
+            *t = Some(current);
         }
     }
 
@@ -115,16 +116,12 @@ impl Wake {
     /// does not exist.
     pub fn after_fork(&self) {
         self.state.store(0, Ordering::Release);
-        if let Ok(mut t) = self.thread.lock() {
-            *t = None;
-        }
+        *self.thread.lock() = None;
     }
 
     fn unpark(&self) {
-        if let Ok(t) = self.thread.lock() {
-            if let Some(t) = t.as_ref() {
-                t.unpark();
-            }
+        if let Some(t) = self.thread.lock().as_ref() {
+            t.unpark();
         }
     }
 }
