@@ -8,6 +8,7 @@ require_relative "circuit_breaker/errors"
 require "circuit_breaker/circuit_breaker"
 # Before the options: CircuitBreaker.configure's defaults go under what the
 # aliases resolved.
+require_relative "circuit_breaker/durations"
 require_relative "circuit_breaker/configuration"
 require_relative "circuit_breaker/options"
 require_relative "circuit_breaker/namespace"

@@ -173,11 +173,23 @@ class CircuitBreaker
     end
 
     # Whether breakers are built as pass-throughs: the environment variable
-    # CIRCUIT_BREAKER_DISABLED is "1" or "true" (an incident's kill switch;
-    # read when each breaker is built).
+    # CIRCUIT_BREAKER_DISABLED is 1, true, yes or on (an incident's kill
+    # switch; read when each breaker is built). Unset, empty, 0, false, no
+    # or off leave breakers on; case and surrounding spaces do not matter.
     # @return [Boolean]
+    # @raise [ArgumentError] any other value: a switch that was meant to be
+    #   thrown must not be ignored silently
     def kill_switch?
-      %w[1 true].include?(ENV["CIRCUIT_BREAKER_DISABLED"])
+      value = ENV["CIRCUIT_BREAKER_DISABLED"]
+      return false if value.nil?
+
+      case value.strip.downcase
+      when "1", "true", "yes", "on" then true
+      when "", "0", "false", "no", "off" then false
+      else
+        raise ArgumentError, "CIRCUIT_BREAKER_DISABLED must be 1, true, yes or on (breakers stand aside), " \
+                             "or 0, false, no, off or empty (got #{value.inspect})"
+      end
     end
   end
 end

@@ -82,6 +82,7 @@ class CircuitBreaker
       unless breakers.is_a?(Hash) || breakers.respond_to?(:call)
         raise TypeError, "breakers: must be a Hash of name => CircuitBreaker or respond to call (got #{breakers.class})"
       end
+      history_seconds = Durations.seconds(history_seconds)
       unless history_seconds.is_a?(Numeric) && history_seconds.positive? && history_seconds.finite?
         raise ArgumentError, "history_seconds: must be a finite Numeric > 0 (got #{history_seconds.inspect})"
       end

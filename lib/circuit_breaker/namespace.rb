@@ -56,13 +56,16 @@ class CircuitBreaker
       raise ArgumentError, "#{option} must be convertible to UTF-8 (#{e.message})"
     end
 
-    # `<directory>.<hash of its path>.<environment>`: Rails.root when Rails
-    # is loaded, else the working directory; RAILS_ENV, RACK_ENV or APP_ENV,
-    # else "development".
+    # `<directory>.<hash of its path>.<environment><TEST_ENV_NUMBER>`:
+    # Rails.root when Rails is loaded, else the working directory;
+    # RAILS_ENV, RACK_ENV or APP_ENV, else "development"; TEST_ENV_NUMBER
+    # (parallel_tests' workers: "", "2", "3"…) keeps parallel test
+    # processes apart.
     def derived_namespace
       root = (defined?(::Rails) && ::Rails.respond_to?(:root) && ::Rails.root&.to_s) || Dir.pwd
       env = ENV["RAILS_ENV"] || ENV["RACK_ENV"] || ENV["APP_ENV"] || "development"
-      format("%<dir>s.%<hash>08x.%<env>s", dir: File.basename(root)[0, 40], hash: Zlib.crc32(root), env: env[0, 20])
+      format("%<dir>s.%<hash>08x.%<env>s%<worker>s", dir: File.basename(root)[0, 40], hash: Zlib.crc32(root), env: env[0, 20],
+                                                     worker: ENV["TEST_ENV_NUMBER"].to_s[0, 10])
     end
   end
 end

@@ -12,7 +12,8 @@ class CircuitBreaker
   # @param error_rate_threshold [Numeric] opens from this error rate on, (0, 1]
   # @param slow_rate_threshold [Numeric] opens from this slow-call rate on, (0, 1]
   # @param min_calls [Integer] no verdict below this many calls in the window
-  # @param open_duration [Numeric] seconds open before half-open
+  # @param open_duration [Numeric, ActiveSupport::Duration] seconds open before half-open
+  #   (every option in seconds also takes a Duration: `30.seconds`)
   # @param half_open_calls [Integer] probes judged per ramp stage
   # @param ramp [Array<Numeric>] share admitted at each half-open stage
   # @param advance_rate [Numeric] probe success share to advance a stage
@@ -51,6 +52,11 @@ class CircuitBreaker
       raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
     end
     raise ArgumentError, "fleet_interval: needs fleet:" if fleet.nil? && !fleet_interval.nil?
+
+    # Seconds may be given as ActiveSupport::Duration (30.seconds).
+    open_duration, half_open_timeout, probe_timeout, min_stage_duration, max_open_duration, fleet_interval =
+      [open_duration, half_open_timeout, probe_timeout, min_stage_duration, max_open_duration, fleet_interval]
+      .map { |v| Durations.seconds(v) }
 
     # Checked before the breaker exists (docs/fleet.md); nothing connects yet.
     fleet_settings = Fleet.settings(fleet, fleet_interval) unless fleet.nil?

@@ -17,6 +17,32 @@ class CircuitBreaker
 
 
     class << self
+      # Rebuilds every registered `shared:` breaker under its namespace with
+      # `suffix` added (its own `namespace:`, else the default namespace as
+      # it was), with a new window of the same settings: a forked test
+      # worker's breakers, apart from its siblings' (test_helpers.rb). The
+      # registry keeps the options of the first call, so later
+      # CircuitBreaker.for calls still match.
+      def move_shared_apart(suffix, old_default)
+        locked do
+          ENTRIES.each do |key, (breaker, options)|
+            next unless breaker.shared_path
+
+            namespace = "#{options[:namespace] || old_default}#{suffix}"
+            ENTRIES[key] = [CircuitBreaker.new(**options, window: blank_copy(options[:window]), name: key, namespace: namespace),
+                            options].freeze
+          end
+        end
+      end
+
+      # A window with `window`'s settings that no breaker uses yet (nil: nil).
+      def blank_copy(window)
+        case window
+        when SlidingWindow then SlidingWindow.new(size: window.size, slow_threshold_ms: window.slow_threshold_ms)
+        when TimeWindow then TimeWindow.new(seconds: window.seconds, buckets: window.buckets, slow_threshold_ms: window.slow_threshold_ms)
+        end
+      end
+
       # @return [String] `name` as a frozen String
       def key(name)
         case name

@@ -51,5 +51,8 @@ RSpec.configure do |config|
   config.before(:suite) { CircuitBreaker::TestHelpers.follow_active_support_travel } # loaded after this file
   config.include CircuitBreaker::TestHelpers
   config.include CircuitBreaker::Matchers
-  config.before { CircuitBreaker.reset_all! }
+  config.before do
+    CircuitBreaker::TestHelpers.keep_workers_apart
+    CircuitBreaker.reset_all!
+  end
 end

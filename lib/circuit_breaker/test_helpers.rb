@@ -18,10 +18,10 @@ class CircuitBreaker
     #   trip_circuit_breaker("orders")
     #   advance_circuit_breakers(31)
     #   expect("orders").to be_circuit_half_open
-    # @param seconds [Numeric] finite, >= 0
+    # @param seconds [Numeric, ActiveSupport::Duration] finite, >= 0
     # @return [nil]
     def advance_circuit_breakers(seconds)
-      CircuitBreaker.__send__(:__travel, seconds)
+      CircuitBreaker.__send__(:__travel, CircuitBreaker.const_get(:Durations).seconds(seconds))
       nil
     end
 
@@ -56,17 +56,44 @@ class CircuitBreaker
       CircuitBreaker.reset_all!
     end
 
-    # Makes ActiveSupport's `travel`/`travel_to` (Rails' time helpers) move
-    # breakers too, by as far as they move `Time.now` forward. Breakers'
-    # time never moves back: `travel_back` leaves them where they are.
-    # Called by the RSpec and Minitest support; does nothing without
-    # ActiveSupport::Testing::TimeHelpers, or when done already.
+    # The process that loaded the helpers: a test run in another one was
+    # forked from it (Rails' `parallelize`, which sets no TEST_ENV_NUMBER).
+    LOADED_IN = Process.pid
+
+    # In a forked test worker, once: `shared:` breakers built from now on,
+    # and the registered ones (rebuilt), live under the default namespace
+    # plus `.worker<pid>`, apart from the other workers'. Run before each
+    # test by the RSpec and Minitest support (docs/testing.md).
+    # @api private
+    def self.keep_workers_apart
+      return if Process.pid == LOADED_IN || @apart_in == Process.pid
+
+      @apart_in = Process.pid
+      suffix = ".worker#{Process.pid}"
+      old_default = CircuitBreaker.default_namespace
+      CircuitBreaker.default_namespace = "#{old_default}#{suffix}"
+      CircuitBreaker.const_get(:Registry).move_shared_apart(suffix, old_default)
+    end
+
+    # Makes ActiveSupport's `travel`/`travel_to` (Rails' time helpers) and
+    # Timecop's `travel`/`freeze` move breakers too, by as far as they move
+    # `Time.now` forward. Breakers' time never moves back: `travel_back` and
+    # `Timecop.return` leave them where they are (docs/testing.md). Called
+    # by the RSpec and Minitest support; follows each library that is
+    # loaded, once.
     # @api private
     def self.follow_active_support_travel
-      return unless defined?(::ActiveSupport::Testing::TimeHelpers)
+      if defined?(::ActiveSupport::Testing::TimeHelpers) && !(::ActiveSupport::Testing::TimeHelpers <= FollowTravel)
+        ::ActiveSupport::Testing::TimeHelpers.prepend(FollowTravel)
+      end
+      ::Timecop.singleton_class.prepend(FollowTimecop) if defined?(::Timecop) && !(::Timecop.singleton_class <= FollowTimecop)
+    end
 
-      helpers = ::ActiveSupport::Testing::TimeHelpers
-      helpers.prepend(FollowTravel) unless helpers <= FollowTravel
+    # Moves breakers as far forward as `Time.now` moved since `before`.
+    # @api private
+    def self.follow_time(before)
+      ahead = Time.now - before
+      CircuitBreaker.__send__(:__travel, ahead) if ahead.positive?
     end
 
     # @api private
@@ -75,6 +102,23 @@ class CircuitBreaker
         ahead = date_or_time.to_time - Time.now
         CircuitBreaker.__send__(:__travel, ahead) if ahead.positive?
         super
+      end
+    end
+
+    # @api private
+    module FollowTimecop
+      %i[travel freeze].each do |name|
+        # With a block, Timecop moves Time.now only around it: breakers are
+        # moved once it has, inside the block.
+        define_method(name) do |*args, &block|
+          before = Time.now
+          return super(*args).tap { TestHelpers.follow_time(before) } unless block
+
+          super(*args) do |*yielded|
+            TestHelpers.follow_time(before)
+            block.call(*yielded)
+          end
+        end
       end
     end
 

@@ -117,6 +117,29 @@ RSpec.describe CircuitBreaker, ".configure" do
       )
     end
 
+    it "takes 1, true, yes and on (any case) as on, 0, false, no, off and empty as off, and refuses anything else" do
+      code = <<~RUBY
+        seen = ["1", "TRUE", " yes ", "On", "0", "false", "NO", "off", ""].map do |v|
+          ENV["CIRCUIT_BREAKER_DISABLED"] = v
+          CircuitBreaker.new.state
+        end
+        ENV["CIRCUIT_BREAKER_DISABLED"] = "ture"
+        begin
+          CircuitBreaker.new
+        rescue ArgumentError => e
+          seen << e.message
+        end
+        p seen
+      RUBY
+      out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-rcircuit_breaker", "-e", code)
+
+      expect(status).to be_success, out
+      expect(out.strip).to eq(([":disabled"] * 4 + [":closed"] * 5).then do |states|
+        "[#{states.join(', ')}, \"CIRCUIT_BREAKER_DISABLED must be 1, true, yes or on (breakers stand aside), " \
+          "or 0, false, no, off or empty (got \\\"ture\\\")\"]"
+      end)
+    end
+
     it "leaves breakers alone when unset" do
       expect(described_class.kill_switch?).to be(false) unless ENV["CIRCUIT_BREAKER_DISABLED"]
       expect(described_class.new.metrics).not_to have_key(:kill_switch)

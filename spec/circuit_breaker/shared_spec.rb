@@ -285,10 +285,10 @@ RSpec.describe CircuitBreaker, "shared: within one process", :shared_memory do
       expect(described_class.new(**options, shared: key).state).to eq(:closed)
     end
 
-    it "is derived from the application's directory and environment by default" do
+    it "is derived from the application's directory, environment and TEST_ENV_NUMBER by default" do
       Dir.mktmpdir("shop") do |dir|
-        namespaces = %w[test development].map do |env|
-          out, status = Open3.capture2e({ "RACK_ENV" => env, "RAILS_ENV" => nil, "APP_ENV" => nil },
+        namespaces = [%w[test], %w[development], ["test", "2"], ["test", ""]].map do |env, worker|
+          out, status = Open3.capture2e({ "RACK_ENV" => env, "RAILS_ENV" => nil, "APP_ENV" => nil, "TEST_ENV_NUMBER" => worker },
                                         RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
                                         "-rcircuit_breaker", "-e", "print CircuitBreaker.default_namespace",
                                         chdir: dir)
@@ -299,6 +299,8 @@ RSpec.describe CircuitBreaker, "shared: within one process", :shared_memory do
         expect(namespaces[0]).to match(/\Ashop.*\.\h{8}\.test\z/)
         expect(namespaces[1]).to eq(namespaces[0].sub(/test\z/, "development"))
         expect(namespaces[0]).not_to include(described_class.default_namespace)
+        # parallel_tests' workers (TEST_ENV_NUMBER "", "2", ...) apart.
+        expect(namespaces[2..]).to eq(["#{namespaces[0]}2", namespaces[0]])
       end
     end
 

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "open3"
+require "tmpdir"
 require_relative "../../examples/support/flaky_upstream"
 
 # `require "circuit_breaker/rspec"` and `"circuit_breaker/minitest"` as an
@@ -38,11 +39,38 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
     expect(out).to include("1 example, 0 failures")
   end
 
+  it "makes Timecop's travel and freeze move breakers too" do
+    out, status = run_suite(root, "rspec", File.join(suite, "timecop_spec.rb"))
+
+    expect(status).to be_success, out
+    expect(out).to include("2 examples, 0 failures")
+  end
+
+  it "keeps Rails' parallel workers (forked, no TEST_ENV_NUMBER) apart: their shared: breakers are their own" do
+    Dir.mktmpdir do |dir|
+      report = File.join(dir, "report")
+      out, status = Open3.capture2e({ "REPORT" => report, "RUBYOPT" => "-I#{File.join(root, 'lib')}",
+                                      "CIRCUIT_BREAKER_SHM_DIR" => dir },
+                                    RbConfig.ruby, File.join(suite, "parallel_test.rb"), chdir: suite)
+
+      expect(status).to be_success, out
+      rows = File.readlines(report).map(&:split)
+      expect(rows.size).to eq(4)
+      rows.each do |pid, registered, built, size|
+        expect([registered, built]).to all(include(".worker#{pid}-")), rows.inspect
+        expect(size).to eq("10") # rebuilt with the first call's options
+      end
+      # Workers never share a file.
+      expect(rows.group_by(&:first).transform_values { |r| r.map { |x| x[1] }.uniq }.values.flatten.uniq.size)
+        .to eq(rows.map(&:first).uniq.size)
+    end
+  end
+
   it "passes the Minitest equivalent" do
     out, status = run_suite(root, RbConfig.ruby, File.join(suite, "orders_test.rb"))
 
     expect(status).to be_success, out
-    expect(out).to match(/2 runs, \d+ assertions, 0 failures, 0 errors/)
+    expect(out).to match(/3 runs, \d+ assertions, 0 failures, 0 errors/)
   end
 
   it "explains a failed matcher with the breaker's state and counts" do
