@@ -4,7 +4,7 @@ class CircuitBreaker
   # The breaker's options: every keyword with its default (docs/configuration.md), in
   # one method. To add an option: add its keyword here, pass it to
   # `__setup`, and convert it in `Breaker::setup`
-  # (ext/circuit_breaker/src/breaker.rs), where a range check belongs in the
+  # (ext/circuit_breaker/src/breaker/mod.rs), where a range check belongs in the
   # core's `Config::new`, never here.
   #
   # @param window [SlidingWindow, TimeWindow, nil] the live window the

@@ -9,7 +9,7 @@ class CircuitBreaker
   #
   # Each thread keeps its permits of a breaker in a list the native methods
   # update (`__acquire`, `__settle`: see `keep` in
-  # ext/circuit_breaker/src/breaker.rs): equal permits count together, and a
+  # ext/circuit_breaker/src/breaker/permits.rs): equal permits count together, and a
   # permit of a newer generation drops older ones, which could decide
   # nothing. A permit nobody settles (another thread reports, the thread
   # died) is freed by `probe_timeout`.

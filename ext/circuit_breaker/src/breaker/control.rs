@@ -1,0 +1,36 @@
+//! `trip!`, `reset!`, `force_open!`, `disable!`.
+
+use circuit_breaker_core::{Breaker as CoreBreaker, Config, PlacedWindow, Transitions};
+use magnus::{typed_data::Obj, Error, Ruby};
+
+use super::Breaker;
+
+impl Breaker {
+    pub(super) fn control(
+        ruby: &Ruby,
+        rb_self: Obj<Self>,
+        op: fn(&mut CoreBreaker, &mut PlacedWindow, &Config, i64) -> Transitions,
+    ) -> Result<Obj<Self>, Error> {
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let tr = this.step_or_raise(ruby, |b, w, c| op(b, w, c, now))?;
+        Self::notify(ruby, rb_self, &tr)?;
+        Ok(rb_self)
+    }
+
+    pub(super) fn trip(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.trip(w, c, now))
+    }
+
+    pub(super) fn reset(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.reset(w, c, now))
+    }
+
+    pub(super) fn force_open(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.force_open(w, c, now))
+    }
+
+    pub(super) fn disable(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Obj<Self>, Error> {
+        Self::control(ruby, rb_self, |b, w, c, now| b.disable(w, c, now))
+    }
+}

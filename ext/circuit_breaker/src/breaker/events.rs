@@ -1,0 +1,122 @@
+//! Listeners and rejections: the transitions a step returned, run in Ruby
+//! once no lock is held, and the `OpenError` of a rejected call.
+
+use std::sync::atomic::Ordering;
+
+use circuit_breaker_core::{Decision, Outcome, Rejection, Transitions};
+use magnus::{
+    typed_data::Obj,
+    value::{LazyId, OpaqueId, ReprValue},
+    Error, Exception, ExceptionClass, Ruby, Value,
+};
+
+use crate::cruby;
+use crate::errors::{arg_error, OPEN_ERROR};
+
+use super::metrics::{metrics_hash, reason_sym, secs_value, state_sym};
+use super::{Breaker, Inner};
+
+static ID_BREAKER_NAME: LazyId = LazyId::new("@breaker_name");
+static ID_STATE: LazyId = LazyId::new("@state");
+static ID_RETRY_AFTER: LazyId = LazyId::new("@retry_after");
+static ID_SET_BACKTRACE: LazyId = LazyId::new("set_backtrace");
+static ID_TRANSITION: LazyId = LazyId::new("__transition");
+static ID_REJECTED: LazyId = LazyId::new("__rejected");
+
+impl Inner {
+    /// Whether a rejection has listeners (`on_reject`, ActiveSupport).
+    pub(super) fn rejections_watched(&self, ruby: &Ruby) -> bool {
+        self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby)
+    }
+}
+
+impl Breaker {
+    /// Runs the Ruby listeners of `tr` (no lock held, no jump pending).
+    /// `__transition` reports a listener's StandardError itself; what gets
+    /// through (Interrupt, Thread#kill, a throw) must go on to the caller.
+    pub(super) fn notify(ruby: &Ruby, rb_self: Obj<Self>, tr: &Transitions) -> Result<(), Error> {
+        if tr.is_empty() {
+            return Ok(());
+        }
+        let this = rb_self.get(ruby)?;
+        for t in tr.iter() {
+            let metrics = metrics_hash(ruby, &t.metrics, this.shared.is_mapped(), this.shared.published().dropped())?;
+            let before = &t.window_before;
+            let last_error = match this.last_error.load(Ordering::Relaxed) {
+                0 => ruby.qnil().as_value(),
+                // SAFETY: a class kept alive by the breaker's mark.
+                raw => unsafe { cruby::object(raw as cruby::Raw) },
+            };
+            let args = (
+                state_sym(ruby, t.from),
+                state_sym(ruby, t.to),
+                reason_sym(ruby, t.reason),
+                metrics,
+                before.error_rate(),
+                before.slow_call_rate(),
+                last_error,
+            );
+            rb_self.funcall::<_, _, Value>(*ID_TRANSITION, args)?;
+            std::hint::black_box(&args);
+        }
+        Ok(())
+    }
+
+    pub(super) fn open_error(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
+        let class: ExceptionClass = ruby.get_inner(&OPEN_ERROR);
+        // Uninitialised: its ivars are set just below.
+        let ex = cruby::alloc(class);
+        let ex =
+            Exception::from_value(ex).ok_or_else(|| arg_error(ruby, "OpenError is not an Exception".to_owned()))?;
+        let name = rb_self.get(ruby)?.name.map_or_else(|| ruby.qnil().as_value(), |n| ruby.get_inner(n).as_value());
+        let ivars = [
+            (&ID_BREAKER_NAME, name),
+            (&ID_STATE, state_sym(ruby, r.state).as_value()),
+            (&ID_RETRY_AFTER, secs_value(ruby, r.retry_after)),
+        ];
+        for (id, v) in ivars {
+            let id: OpaqueId = **id;
+            cruby::ivar_set(ex, magnus::value::IntoId::into_id_with(id, ruby), v);
+        }
+        // A backtrace set beforehand spares Ruby capturing one at raise.
+        // Its own empty Array: callers change backtraces in place (RSpec's
+        // failure report filters it with reject!), so one shared frozen
+        // Array made them raise FrozenError.
+        ex.funcall::<_, _, Value>(*ID_SET_BACKTRACE, (ruby.ary_new(),))?;
+        Ok(ex)
+    }
+
+    /// The error for a rejected call, after its listeners ran.
+    pub(super) fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
+        let ex = Self::open_error(ruby, rb_self, r)?;
+        if rb_self.get(ruby)?.rejections_watched(ruby) {
+            // As in `notify`: only what the listeners' guard let through.
+            rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,))?;
+        }
+        Ok(ex)
+    }
+
+    /// Notifies `tr`; when that raises, a permit `decision` handed out is
+    /// given back before the error goes on (its call will never run).
+    pub(super) fn notify_or_release(
+        ruby: &Ruby,
+        rb_self: Obj<Self>,
+        tr: &Transitions,
+        decision: Decision,
+    ) -> Result<(), Error> {
+        let result = Self::notify(ruby, rb_self, tr);
+        if let (Err(_), Decision::Allowed(p)) = (&result, decision) {
+            let this = rb_self.get(ruby)?;
+            let now = this.clock.now();
+            // A release decides nothing, so it has no transitions to report.
+            let _ = this.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now));
+        }
+        result
+    }
+}
+
+pub(super) fn active_support_loaded(ruby: &Ruby) -> bool {
+    static ID_AS: LazyId = LazyId::new("ActiveSupport");
+    let id: OpaqueId = *ID_AS;
+    cruby::const_defined(ruby.class_object(), magnus::value::IntoId::into_id_with(id, ruby))
+}

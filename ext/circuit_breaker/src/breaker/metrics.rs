@@ -1,0 +1,168 @@
+//! States, reasons and `metrics` as Ruby values, and the methods that read
+//! them (`state`, `metrics`, `retry_after`).
+
+use circuit_breaker_core::clock::secs_from_nanos;
+use circuit_breaker_core::{Metrics, Reason, State};
+use magnus::{
+    typed_data::Obj,
+    value::{LazyId, OpaqueId, ReprValue},
+    Error, IntoValue, RHash, Ruby, Symbol, Value,
+};
+
+use magnus::symbol::IntoSymbol;
+
+use crate::window::Blocked;
+
+use super::Breaker;
+
+static ID_CLOSED: LazyId = LazyId::new("closed");
+static ID_OPEN: LazyId = LazyId::new("open");
+static ID_HALF_OPEN: LazyId = LazyId::new("half_open");
+static ID_FORCED_OPEN: LazyId = LazyId::new("forced_open");
+static ID_DISABLED: LazyId = LazyId::new("disabled");
+
+pub(super) fn state_sym(ruby: &Ruby, s: State) -> Symbol {
+    sym(
+        ruby,
+        match s {
+            State::Closed => &ID_CLOSED,
+            State::Open => &ID_OPEN,
+            State::HalfOpen => &ID_HALF_OPEN,
+            State::ForcedOpen => &ID_FORCED_OPEN,
+            State::Disabled => &ID_DISABLED,
+        },
+    )
+}
+
+static REASONS: [LazyId; 8] = [
+    LazyId::new("error_rate"),
+    LazyId::new("slow_call_rate"),
+    LazyId::new("probe_failed"),
+    LazyId::new("probes_passed"),
+    LazyId::new("cool_down_elapsed"),
+    LazyId::new("half_open_timeout"),
+    LazyId::new("probe_timeout"),
+    LazyId::new("manual"),
+];
+static ID_HOST: LazyId = LazyId::new("host");
+static ID_PROCESS: LazyId = LazyId::new("process");
+
+/// The symbol of an interned id: magnus's `to_symbol(&str)` builds a String
+/// each time, an allocation per `metrics` or event.
+pub(super) fn sym(ruby: &Ruby, id: &LazyId) -> Symbol {
+    let id: OpaqueId = **id;
+    id.into_symbol_with(ruby)
+}
+
+pub(super) fn reason_sym(ruby: &Ruby, r: Reason) -> Symbol {
+    sym(
+        ruby,
+        &REASONS[match r {
+            Reason::ErrorRate => 0,
+            Reason::SlowCallRate => 1,
+            Reason::ProbeFailed => 2,
+            Reason::ProbesPassed => 3,
+            Reason::CoolDownElapsed => 4,
+            Reason::HalfOpenTimeout => 5,
+            Reason::ProbeTimeout => 6,
+            Reason::Manual => 7,
+        }],
+    )
+}
+
+pub(super) fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
+    t.map_or_else(|| ruby.qnil().as_value(), |n| secs_from_nanos(n).into_value_with(ruby))
+}
+
+static KEYS: [LazyId; 19] = [
+    LazyId::new("state"),
+    LazyId::new("total"),
+    LazyId::new("failures"),
+    LazyId::new("slow_calls"),
+    LazyId::new("error_rate"),
+    LazyId::new("slow_call_rate"),
+    LazyId::new("rejected"),
+    LazyId::new("stage"),
+    LazyId::new("admit_share"),
+    LazyId::new("retry_after"),
+    LazyId::new("calls"),
+    LazyId::new("successes"),
+    LazyId::new("failures_total"),
+    LazyId::new("slow_total"),
+    LazyId::new("opened"),
+    LazyId::new("tripped_error_rate"),
+    LazyId::new("tripped_slow_call_rate"),
+    LazyId::new("counters"),
+    LazyId::new("dropped_records"),
+];
+
+/// The frozen Hash of docs/operating.md. `host_wide`:
+/// the counters are those of every process mapping a `shared:` record.
+/// `dropped`: records a shared breaker dropped because its lock stayed busy
+/// (docs/shared.md).
+pub(super) fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u64) -> Result<RHash, Error> {
+    let h = ruby.hash_new();
+    let c = &m.counters;
+    // Each value goes into the hash as soon as it exists: a Float (or a
+    // Bignum) is an object the GC could collect if it waited on the stack.
+    let values: [&dyn Fn() -> Value; 19] = [
+        &|| state_sym(ruby, m.state).as_value(),
+        &|| m.counts.total.into_value_with(ruby),
+        &|| m.counts.failures.into_value_with(ruby),
+        &|| m.counts.slow_calls.into_value_with(ruby),
+        &|| m.counts.error_rate().into_value_with(ruby),
+        &|| m.counts.slow_call_rate().into_value_with(ruby),
+        &|| c.rejected.into_value_with(ruby),
+        &|| m.stage.into_value_with(ruby),
+        &|| m.admit_share.into_value_with(ruby),
+        &|| secs_value(ruby, m.retry_after),
+        &|| c.calls.into_value_with(ruby),
+        &|| c.successes.into_value_with(ruby),
+        &|| c.failures.into_value_with(ruby),
+        &|| c.slow.into_value_with(ruby),
+        &|| c.opened.into_value_with(ruby),
+        &|| m.tripped.map(|t| t.error_rate()).into_value_with(ruby),
+        &|| m.tripped.map(|t| t.slow_call_rate()).into_value_with(ruby),
+        &|| sym(ruby, if host_wide { &ID_HOST } else { &ID_PROCESS }).as_value(),
+        &|| dropped.into_value_with(ruby),
+    ];
+    for (key, value) in KEYS.iter().zip(values) {
+        let key: OpaqueId = **key;
+        h.aset(key.into_symbol_with(ruby), value())?;
+    }
+    h.freeze();
+    Ok(h)
+}
+
+impl Breaker {
+    pub(super) fn snapshot(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Metrics, Error> {
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        let (m, tr) = this.step_or_raise(ruby, |b, w, c| b.metrics(w, c, now))?;
+        Self::notify(ruby, rb_self, &tr)?;
+        Ok(m)
+    }
+
+    pub(super) fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Symbol, Error> {
+        let this = rb_self.get(ruby)?;
+        let now = this.clock.now();
+        match this.step(|b, w, c| b.metrics(w, c, now)) {
+            Ok((m, tr)) => {
+                Self::notify(ruby, rb_self, &tr)?;
+                Ok(state_sym(ruby, m.state))
+            }
+            // A stuck holder: the published state (timers not applied).
+            Err(Blocked::Busy) => Ok(state_sym(ruby, this.shared.published().state())),
+            Err(b) => Err(b.into_error(ruby, &this.shared)),
+        }
+    }
+
+    pub(super) fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
+        let this = rb_self.get(ruby)?;
+        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, this.shared.is_mapped(), this.shared.published().dropped())
+    }
+
+    pub(super) fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
+        Ok(secs_value(ruby, Self::snapshot(ruby, rb_self)?.retry_after))
+    }
+}

@@ -1,0 +1,381 @@
+//! `CircuitBreaker`: argument conversion, `call`'s yield and the
+//! classification of how the block ended. Every decision is the core's.
+//!
+//! The lock is held only inside `step`, around one core call; the block,
+//! `failure_if`, error matchers and listeners run with no lock held.
+//! Listeners (`__transition`, `__rejected`, defined in Ruby) never run while
+//! a jump (`break`, `throw`, `Thread#kill`…) is pending: for that case they
+//! run inside `rb_ensure`'s ensure function while the jump resumes.
+//!
+//! One concept per file: `call.rs` (the hot path), `matchers.rs` (which
+//! exceptions count), `events.rs` (listeners, rejections), `control.rs`
+//! (manual actions), `metrics.rs`, `permits.rs` (the low-level API),
+//! `fleet.rs` (the syncer's calls); this file holds the object, its setup
+//! and the locked step.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use circuit_breaker_core::config::{probe_quota, probe_ratio};
+use circuit_breaker_core::wake::Wake;
+use circuit_breaker_core::{
+    Breaker as CoreBreaker, Config, Decision, Options, PlacedWindow, ProbeTimeout, Transitions,
+};
+use magnus::{
+    function, method,
+    prelude::*,
+    value::{LazyId, Opaque, ReprValue},
+    DataTypeFunctions, Error, RClass, RHash, RString, Ruby, Symbol, TypedData, Value,
+};
+
+use crate::args;
+use crate::clock::ClockSource;
+use crate::cruby;
+use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy, type_error};
+use crate::window::{shared_of, Blocked, Shared};
+
+mod call;
+mod control;
+mod events;
+mod fleet;
+mod matchers;
+mod metrics;
+mod permits;
+
+use call::CallMethod;
+use matchers::Matchers;
+
+/// A `CircuitBreaker` object: allocated empty, set up once by
+/// `initialize` (lib/circuit_breaker/options.rb) through `__setup`.
+#[derive(TypedData, Default)]
+#[magnus(class = "CircuitBreaker", free_immediately, size, mark)]
+pub struct Breaker(OnceLock<Inner>);
+
+/// What `__setup` built.
+struct Inner {
+    shared: Arc<Shared>,
+    cfg: Config,
+    clock: ClockSource,
+    name: Option<Opaque<RString>>,
+    window: Opaque<Value>,
+    record_errors: Matchers,
+    ignore_errors: Matchers,
+    failure_if: Option<Opaque<Value>>,
+    /// Set once an `on_reject` listener exists: only then does a rejection
+    /// call into Ruby (besides ActiveSupport::Notifications, checked apart).
+    notify_rejects: AtomicBool,
+    /// The class of the last exception recorded as a failure (a raw handle,
+    /// 0 for none), for the opening event; kept alive by `mark`.
+    last_error: AtomicUsize,
+    /// A fleet breaker's syncer, told of failures (docs/fleet.md, "When a
+    /// host sends").
+    fleet_wake: OnceLock<Arc<Wake>>,
+}
+
+impl DataTypeFunctions for Breaker {
+    fn mark(&self, marker: &magnus::gc::Marker) {
+        let Some(this) = self.0.get() else { return };
+        // Pinned (not movable): these are read through raw handles.
+        marker.mark(this.window);
+        if let Some(n) = this.name {
+            marker.mark(n);
+        }
+        this.record_errors.mark(marker);
+        this.ignore_errors.mark(marker);
+        if let Some(f) = this.failure_if {
+            marker.mark(f);
+        }
+        let last_error = this.last_error.load(Ordering::Relaxed);
+        if last_error != 0 {
+            // SAFETY: a handle stored from a live class in `call`, kept
+            // alive (and pinned) by this very mark.
+            marker.mark(unsafe { cruby::object(last_error as cruby::Raw) });
+        }
+    }
+}
+
+static ID_CALL: LazyId = LazyId::new("call");
+
+fn callable(ruby: &Ruby, name: &str, v: Value) -> Result<Option<Opaque<Value>>, Error> {
+    if v.is_nil() {
+        Ok(None)
+    } else if v.respond_to(*ID_CALL, false)? {
+        Ok(Some(Opaque::from(v)))
+    } else {
+        Err(type_error(ruby, name, "nil or a Proc", v))
+    }
+}
+
+/// `probe_timeout:`: nil (open_duration), false (never) or seconds.
+fn probe_timeout(ruby: &Ruby, v: Value) -> Result<ProbeTimeout, Error> {
+    if v.is_nil() {
+        Ok(ProbeTimeout::OpenDuration)
+    } else if cruby::raw(v) == cruby::raw(ruby.qfalse()) {
+        Ok(ProbeTimeout::Never)
+    } else if v.is_kind_of(ruby.class_numeric()) {
+        Ok(ProbeTimeout::Seconds(args::float(ruby, "probe_timeout", v)?))
+    } else {
+        Err(type_error(ruby, "probe_timeout", "nil, false or a Numeric", v))
+    }
+}
+
+/// nil, or a String or Symbol as a String.
+fn opt_string(ruby: &Ruby, name: &str, v: Value) -> Result<Option<RString>, Error> {
+    if v.is_nil() {
+        return Ok(None);
+    }
+    match (RString::from_value(v), Symbol::from_value(v)) {
+        (Some(s), _) => Ok(Some(s)),
+        (None, Some(sym)) => Ok(Some(ruby.str_new(&sym.name()?))),
+        _ => Err(type_error(ruby, name, "nil, a String or a Symbol", v)),
+    }
+}
+
+impl Inner {
+    /// One core step under the lock, with the time read by the caller.
+    /// A shared lock that stays busy past its bound skips the step.
+    #[inline]
+    fn step<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T) -> Result<T, Blocked> {
+        self.shared.with(|r| f(&mut r.breaker, &mut r.window, &self.cfg))
+    }
+
+    /// A step that cannot be skipped (control, metrics): a busy or broken
+    /// lock is an error.
+    fn step_or_raise<T>(
+        &self,
+        ruby: &Ruby,
+        f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T,
+    ) -> Result<T, Error> {
+        self.step(f).map_err(|b| b.into_error(ruby, &self.shared))
+    }
+
+    /// Asks to run a call. When the shared lock stays busy past its bound
+    /// (a stuck holder), the call is decided from the published state
+    /// instead (docs/shared.md); an interrupt that came meanwhile is raised
+    /// here, before anything was taken.
+    fn admit(&self, ruby: &Ruby, now: i64) -> Result<(Decision, Transitions), Error> {
+        match self.step(|b, w, c| b.acquire(w, c, now)) {
+            Ok(x) => Ok(x),
+            Err(Blocked::Busy) => Ok((self.shared.published().decide(now), Transitions::default())),
+            Err(Blocked::Interrupted) => {
+                ruby.thread_check_ints()?;
+                Ok((self.shared.published().decide(now), Transitions::default()))
+            }
+            Err(b) => Err(b.into_error(ruby, &self.shared)),
+        }
+    }
+
+    /// Settles a call's outcome. When the shared lock stays busy (or the
+    /// wait is interrupted), the outcome is dropped and counted
+    /// (`dropped_records`): the call's own result matters more than its
+    /// record, and an interrupt is delivered by Ruby once this returns.
+    fn finish(
+        &self,
+        ruby: &Ruby,
+        f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> Transitions,
+    ) -> Result<Transitions, Error> {
+        match self.step(f) {
+            Ok(tr) => Ok(tr),
+            Err(Blocked::Busy | Blocked::Interrupted) => {
+                self.shared.published().count_dropped();
+                Ok(Transitions::default())
+            }
+            Err(b) => Err(b.into_error(ruby, &self.shared)),
+        }
+    }
+
+    /// A failure was recorded: a fleet breaker's syncer may send at once
+    /// (an atomic load, and for the slot's first failure an unpark).
+    #[inline]
+    fn failed(&self) {
+        if let Some(w) = self.fleet_wake.get() {
+            w.failure();
+        }
+    }
+}
+
+impl Breaker {
+    /// The breaker's state, or a clear error for an object whose
+    /// `initialize` never ran (`CircuitBreaker.allocate`, a subclass's
+    /// `initialize` that does not call `super`).
+    #[inline]
+    fn get(&self, ruby: &Ruby) -> Result<&Inner, Error> {
+        self.0.get().ok_or_else(|| not_initialized(ruby, "CircuitBreaker"))
+    }
+
+    /// `initialize`'s native half (lib/circuit_breaker/options.rb):
+    /// converts each option `initialize` passes, aliases resolved and
+    /// defaults filled in, and builds the breaker once. Ranges are the core's
+    /// to check (`Config::new`). A new option is one line here, after its
+    /// keyword in `initialize`.
+    fn setup(ruby: &Ruby, rb_self: &Self, given: RHash) -> Result<(), Error> {
+        if rb_self.0.get().is_some() {
+            return Err(Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"));
+        }
+        let g = |key: &str| -> Result<Value, Error> { given.fetch(ruby.to_symbol(key)) };
+        let float = |key: &'static str| args::float(ruby, key, g(key)?);
+        let opt_float = |key: &'static str| args::opt_float(ruby, key, g(key)?);
+        let integer = |key: &'static str| args::integer(ruby, key, g(key)?);
+        let options = Options {
+            error_rate_threshold: float("error_rate_threshold")?,
+            slow_rate_threshold: float("slow_rate_threshold")?,
+            min_calls: integer("min_calls")?,
+            open_duration: float("open_duration")?,
+            half_open_calls: integer("half_open_calls")?,
+            ramp: args::floats(ruby, "ramp", g("ramp")?)?,
+            advance_rate: float("advance_rate")?,
+            reopen_rate: opt_float("reopen_rate")?,
+            half_open_timeout: opt_float("half_open_timeout")?,
+            probe_timeout: probe_timeout(ruby, g("probe_timeout")?)?,
+            min_stage_duration: float("min_stage_duration")?,
+            backoff: float("backoff")?,
+            max_open_duration: opt_float("max_open_duration")?,
+            jitter: float("jitter")?,
+        };
+        let cfg = Config::new(&options).map_err(|e| config_error_given(ruby, e, |name| g(name).ok()))?;
+        let record_errors = Matchers::parse(ruby, "record_errors", g("record_errors")?)?;
+        let ignore_errors = Matchers::parse(ruby, "ignore_errors", g("ignore_errors")?)?;
+        let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
+        let name = opt_string(ruby, "name", g("name")?)?;
+        let clock = ClockSource::from_arg(ruby, g("clock")?)?;
+        // Checked and made UTF-8 in Ruby (lib/circuit_breaker/namespace.rb).
+        let shared_key = opt_string(ruby, "shared", g("shared")?)?;
+        let namespace = opt_string(ruby, "namespace", g("namespace")?)?;
+        let name = name.or(shared_key).map(|s| Opaque::from(RString::new_frozen(s)));
+
+        let window = g("window")?;
+        let template = shared_of(ruby, window)?;
+        // The breaker's clock, else a TimeWindow's own, else the system's.
+        let clock = clock
+            .or_else(|| template.own_clock().cloned())
+            .unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
+        let (shared, window) = match shared_key {
+            // The given window is only a template: the live one is in the file.
+            Some(key) => {
+                // SAFETY: the bytes are copied before any Ruby code runs.
+                let (namespace, name) =
+                    unsafe { (namespace.map_or(Vec::new(), |n| n.as_slice().to_vec()), key.as_slice().to_vec()) };
+                let mapped = template.mapped(ruby, &namespace, &name, cfg.fingerprint())?;
+                let _ = mapped.clock.set(clock.clone());
+                mapped.attach();
+                let window = crate::window::wrap(ruby, mapped.clone());
+                (mapped, window)
+            }
+            None => {
+                if !template.attach() {
+                    return Err(arg_error(
+                        ruby,
+                        "window: is already used by another breaker; give each breaker its own window".to_owned(),
+                    ));
+                }
+                if let Err(e) = template.follow(ruby, &clock) {
+                    template.detach();
+                    return Err(e);
+                }
+                (template, window)
+            }
+        };
+        let inner = Inner {
+            shared,
+            cfg,
+            clock,
+            name,
+            window: Opaque::from(window),
+            record_errors,
+            ignore_errors,
+            failure_if,
+            notify_rejects: AtomicBool::new(false),
+            last_error: AtomicUsize::new(0),
+            fleet_wake: OnceLock::new(),
+        };
+        rb_self
+            .0
+            .set(inner)
+            .map_err(|_| Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"))
+    }
+
+    /// The seeds' `probe_ratio:` r, with `half_open_window:` w, as the
+    /// share of `ramp: [r]` and `half_open_calls: max(1, floor(w * r))`,
+    /// each checked by the core under the name the caller wrote (docs/configuration.md;
+    /// lib/circuit_breaker/options.rb decides when they apply).
+    fn seed_probes(ruby: &Ruby, ratio: Value, window: Value) -> Result<(f64, Option<i64>), Error> {
+        let given = |name: &str| Some(if name == "probe_ratio" { ratio } else { window });
+        let r =
+            probe_ratio(args::float(ruby, "probe_ratio", ratio)?).map_err(|e| config_error_given(ruby, e, given))?;
+        if window.is_nil() {
+            return Ok((r, None));
+        }
+        let w = args::integer(ruby, "half_open_window", window)?;
+        Ok((r, Some(probe_quota(w, r).map_err(|e| config_error_given(ruby, e, given))?)))
+    }
+
+    fn name(ruby: &Ruby, rb_self: &Self) -> Result<Option<RString>, Error> {
+        Ok(rb_self.get(ruby)?.name.map(|n| ruby.get_inner(n)))
+    }
+
+    fn window(ruby: &Ruby, rb_self: &Self) -> Result<Value, Error> {
+        Ok(ruby.get_inner(rb_self.get(ruby)?.window))
+    }
+
+    /// Test hook: holds the shared lock for `ms` (at most a minute).
+    fn hold_shared_lock(ruby: &Ruby, rb_self: &Self, ms: u64) -> Result<(), Error> {
+        let this = rb_self.get(ruby)?;
+        this.shared.hold_lock_for_test(ms.min(60_000)).map_err(|e| crate::errors::system_error(ruby, "shared lock", e))
+    }
+
+    /// Test hook: how long this breaker waits for a busy shared lock.
+    fn set_lock_wait(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<(), Error> {
+        let secs = args::float(ruby, "lock wait", seconds)?;
+        rb_self.get(ruby)?.shared.set_lock_wait(circuit_breaker_core::clock::nanos_from_secs(secs));
+        Ok(())
+    }
+
+    /// The file a `shared:` breaker lives in, nil for a breaker of this
+    /// process.
+    fn shared_path(ruby: &Ruby, rb_self: &Self) -> Result<Option<String>, Error> {
+        Ok(rb_self.get(ruby)?.shared.path().map(|p| p.display().to_string()))
+    }
+
+    fn set_notify_rejects(ruby: &Ruby, rb_self: &Self, on: bool) -> Result<(), Error> {
+        rb_self.get(ruby)?.notify_rejects.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+pub fn init(class: RClass) -> Result<(), Error> {
+    class.define_alloc_func::<Breaker>();
+    class.define_private_method("__setup", method!(Breaker::setup, 1))?;
+    class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
+    class.singleton_class()?.define_private_method("__seed_probes", function!(Breaker::seed_probes, 2))?;
+    // The hot path: entered without magnus's receiver conversion (see
+    // cruby::define_method_0).
+    crate::cruby::define_method_0::<CallMethod>(class, c"call");
+    class.define_method("state", method!(Breaker::state, 0))?;
+    class.define_method("metrics", method!(Breaker::metrics, 0))?;
+    class.define_method("retry_after", method!(Breaker::retry_after, 0))?;
+    class.define_method("trip!", method!(Breaker::trip, 0))?;
+    class.define_method("reset!", method!(Breaker::reset, 0))?;
+    class.define_method("force_open!", method!(Breaker::force_open, 0))?;
+    class.define_method("disable!", method!(Breaker::disable, 0))?;
+    class.define_method("name", method!(Breaker::name, 0))?;
+    class.define_method("window", method!(Breaker::window, 0))?;
+    class.define_private_method("__acquire", method!(Breaker::acquire, 1))?;
+    class.define_private_method("__settle", method!(Breaker::settle, 3))?;
+    class.define_private_method("__notify_rejects=", method!(Breaker::set_notify_rejects, 1))?;
+    class.define_private_method("__hold_shared_lock", method!(Breaker::hold_shared_lock, 1))?;
+    class.define_private_method("__lock_wait=", method!(Breaker::set_lock_wait, 1))?;
+    class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
+    class.define_singleton_method("shared_supported?", function!(|| circuit_breaker_core::shm::SUPPORTED, 0))?;
+    // Checked builds only (cruby::Live): spec/circuit_breaker/exits_spec.rb.
+    #[cfg(debug_assertions)]
+    class.singleton_class()?.define_private_method("__live_native_values", function!(cruby::Live::count, 0))?;
+    class.define_private_method("__fleet_hash", method!(Breaker::fleet_hash, 0))?;
+    class.define_private_method("__fleet_attach", method!(Breaker::fleet_attach, 1))?;
+    class.define_private_method("__fleet_quota", method!(Breaker::fleet_quota, 0))?;
+    class.define_private_method("__fleet_longest_open_ms", method!(Breaker::fleet_longest_open_ms, 0))?;
+    class.define_private_method("__fleet_report", method!(Breaker::fleet_report, 0))?;
+    class.define_private_method("__fleet_claim", method!(Breaker::fleet_claim, 1))?;
+    class.define_private_method("__fleet_syncer", method!(Breaker::fleet_syncer, 0))?;
+    class.define_private_method("__fleet_receive", method!(Breaker::fleet_receive, 1))?;
+    Ok(())
+}
