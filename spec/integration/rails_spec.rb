@@ -15,7 +15,8 @@ RSpec.describe "a Rails app", :integration do
   app = File.join(root, "spec/fixtures/rails_app")
 
   before(:all) do
-    @upstream = CircuitBreaker::Examples::FlakyUpstream.start(stop_after: 600)
+    # Healthy throughout (scale): /api/orders answers 200; /status/CODE answers CODE.
+    @upstream = CircuitBreaker::Examples::FlakyUpstream.start(scale: 1000, stop_after: 600)
   end
 
   after(:all) { @upstream&.stop }
@@ -47,6 +48,14 @@ RSpec.describe "a Rails app", :integration do
                                 "sliding_window_is_the_apps" => true,
                                 "sliding_window_after_reload" => true)
         expect(seen).to include("circuit_open_error_defined" => false) # only with circuit_breaker/articles
+      end
+
+      it "serves docs/rails.md's controller (the orders, then 503 with Retry-After once open) and mounts the status page for admins only" do
+        expect(seen).to include("orders_page" => 200, "orders_page_when_open" => [503, "30"], "status_page_for_anyone" => 404)
+      end
+
+      it "registers README.md's breaker, whose open_duration is a Duration" do
+        expect(seen["inventory_open_duration"]).to be_within(1).of(30) # the real clock runs between trip! and retry_after
       end
 
       it "patches nothing of Ruby's core modules, and an app's NameError comes from the app's own line" do
