@@ -111,6 +111,25 @@ class CircuitBreaker
       raise rejection_class.new(e)
     end
 
+    # Runs a connect that happens outside a call (a session opened before
+    # its requests, a client reconnecting before its command): while the
+    # breaker is closed it is not a call of its own (each request would
+    # count twice), but a failed connect is recorded as a failure; while
+    # open it is rejected; while half-open it is a probe (its outcome is
+    # news).
+    #
+    # @api private
+    def connect(breaker, rejection_class, failures, &block)
+      return run(breaker, rejection_class, failures, &block) unless breaker.closed?
+
+      begin
+        yield
+      rescue StandardError => e
+        breaker.record_failure if failure?(e, failures)
+        raise
+      end
+    end
+
     # Whether `error` (or an exception it was raised from: an adapter may
     # see a library's error wrapped by another) matches `failures`.
     # @api private

@@ -215,24 +215,19 @@ class CircuitBreaker
         private
 
         # A session opened before any request (`Net::HTTP.start`, which
-        # `Net::HTTP.get` uses): its requests are the calls. While the
-        # breaker is closed the connect is not a call of its own (a session
-        # would count twice), but its failure is recorded; while open it is
-        # rejected; while half-open it is a probe (its outcome is news).
+        # `Net::HTTP.get` uses): its requests are the calls, the connect is
+        # judged as Adapters.connect says.
         def connect
           return super if @circuit_breaker_busy
 
           entry = circuit_breaker_entry
           return super unless entry
 
-          breaker = entry[1]
-          return circuit_breaker_run(entry) { super } unless breaker.closed?
-
+          @circuit_breaker_busy = true
           begin
-            super
-          rescue StandardError => e
-            breaker.record_failure if Adapters.failure?(e, entry[0].failure_errors)
-            raise
+            Adapters.connect(entry[1], OpenError, entry[0].failure_errors) { super }
+          ensure
+            @circuit_breaker_busy = false
           end
         end
 

@@ -218,28 +218,53 @@ class CircuitBreaker
           OpenError = ClientOpenError
         end
 
+        # Set (fiber-local) while a protected client connects: the
+        # handshake's commands (HELLO, AUTH, SELECT) are part of the connect.
+        # @api private
+        CONNECTING = :__circuit_breaker_redis_connecting
+        # Set (fiber-local) to the config whose connection prelude comes
+        # next: redis-client sends it through `call_pipelined` once
+        # `connect` has returned.
+        # @api private
+        PRELUDE = :__circuit_breaker_redis_prelude
+
         # The redis-client middleware: acts on clients whose config has
-        # `custom: { circuit_breaker: ... }`.
+        # `custom: { circuit_breaker: ... }`. redis-client connects before
+        # a command reaches `call`, so the connect (and its prelude) is
+        # judged as Adapters.connect says: a failure recorded, rejected
+        # while open, a probe while half-open.
         # @api private
         module Middleware
           def connect(config)
             entry = Redis.config_entry(config)
-            return super unless entry
+            return super if entry.nil? || Thread.current[CONNECTING]
 
-            Adapters.run(entry.breaker, ClientOpenError, entry.failure_errors) { super }
+            Thread.current[CONNECTING] = true
+            Thread.current[PRELUDE] = nil
+            begin
+              connection = Adapters.connect(entry.breaker, ClientOpenError, entry.failure_errors) { super }
+              Thread.current[PRELUDE] = config if Redis.prelude?(config)
+              connection
+            ensure
+              Thread.current[CONNECTING] = nil
+            end
           end
 
           def call(command, config)
             entry = Redis.config_entry(config)
-            return super unless entry && !Redis.blocking?(command)
+            return super if entry.nil? || Thread.current[CONNECTING] || Redis.blocking?(command)
 
             Adapters.run(entry.breaker, ClientOpenError, entry.failure_errors) { super }
           end
 
           def call_pipelined(commands, config)
             entry = Redis.config_entry(config)
-            return super unless entry
+            return super if entry.nil? || Thread.current[CONNECTING]
 
+            if Thread.current[PRELUDE].equal?(config)
+              Thread.current[PRELUDE] = nil
+              return Adapters.connect(entry.breaker, ClientOpenError, entry.failure_errors) { super }
+            end
             Adapters.run(entry.breaker, ClientOpenError, entry.failure_errors) { super }
           end
         end
@@ -260,6 +285,13 @@ class CircuitBreaker
             entry = setting.nil? ? nil : entry(setting, config.path || "#{config.host}:#{config.port}")
             @config_entries[config] = [@generation, entry].freeze
             entry
+          end
+
+          # Whether redis-client sends a prelude after connecting (HELLO,
+          # AUTH, SELECT, CLIENT SETNAME, ROLE): as its `connect` decides.
+          # @api private
+          def prelude?(config)
+            !config.connection_prelude.empty? || !config.id.nil? || (config.respond_to?(:sentinel?) && config.sentinel?)
           end
 
           # @api private

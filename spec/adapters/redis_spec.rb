@@ -57,7 +57,7 @@ RSpec.describe CircuitBreaker::Adapters::Redis, :redis do
       expect(errors).to all(be_a(connection_error))
       expect(breaker.state).to eq(:open)
       expect(gets).to eq(before)
-      expect(rejected).to be_a(described_class::OpenError).and be_a(connection_error).and be_a(CircuitBreaker::Rejection)
+      expect(rejected).to be_a(rejection_class).and be_a(connection_error).and be_a(CircuitBreaker::Rejection)
       expect(CircuitBreaker::OpenError === rejected).to be(true)
       expect(rejected.breaker_name).to eq(name)
       expect(rejected.retry_after).to eq(10.0)
@@ -109,6 +109,7 @@ RSpec.describe CircuitBreaker::Adapters::Redis, :redis do
     context "with the redis-client middleware (redis-rb 5's client)" do
       let(:connection_error) { ::RedisClient::ConnectionError }
       let(:command_error) { ::RedisClient::CommandError }
+      let(:rejection_class) { described_class::ClientOpenError }
 
       def client(setting: options)
         custom = setting.nil? ? {} : { circuit_breaker: setting }
@@ -126,6 +127,7 @@ RSpec.describe CircuitBreaker::Adapters::Redis, :redis do
     context "with redis-rb 5 (Redis.new(circuit_breaker: ...), redis-client underneath)" do
       let(:connection_error) { ::Redis::BaseConnectionError }
       let(:command_error) { ::Redis::CommandError }
+      let(:rejection_class) { described_class::OpenError }
 
       def client(setting: options)
         extra = setting.nil? ? {} : { circuit_breaker: setting }
@@ -141,6 +143,7 @@ RSpec.describe CircuitBreaker::Adapters::Redis, :redis do
     context "with redis-rb 4 (Redis.new(circuit_breaker: ...))" do
       let(:connection_error) { ::Redis::BaseConnectionError }
       let(:command_error) { ::Redis::CommandError }
+      let(:rejection_class) { described_class::OpenError }
 
       def client(setting: options)
         extra = setting.nil? ? {} : { circuit_breaker: setting }

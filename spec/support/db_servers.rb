@@ -64,18 +64,31 @@ module DbServers
       FileUtils.rm_rf(@dir)
     end
 
-    # kill -9 (its children go with its process group) and no restart.
+    # kill -9 of the server and its children, and no restart.
     def crash
       kill
     end
 
+    # The server's process group, and its children by PID: PostgreSQL's
+    # backends leave the group (setsid), and one left alive keeps serving
+    # its open connection.
     def kill
       return unless @pid
 
-      Process.kill("CONT", -@pid) rescue nil # rubocop:disable Style/RescueModifier
+      pids = [@pid, *children(@pid)]
       Process.kill("KILL", -@pid) rescue nil # rubocop:disable Style/RescueModifier
+      pids.each { |pid| Process.kill("KILL", pid) rescue nil } # rubocop:disable Style/RescueModifier
       Process.wait(@pid) rescue nil # rubocop:disable Style/RescueModifier
       @pid = nil
+    end
+
+    def children(parent)
+      Dir["/proc/[0-9]*/stat"].filter_map do |stat|
+        fields = File.read(stat).split(") ", 2).last.split
+        Integer(stat[%r{/proc/(\d+)/}, 1]) if Integer(fields[1]) == parent
+      rescue SystemCallError, ArgumentError
+        nil
+      end
     end
 
     def up?
