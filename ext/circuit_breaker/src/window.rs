@@ -7,13 +7,13 @@
 //! the heap, or in a file mapped by every process that shares the breaker
 //! (`shared:`); this module adds only how long a step waits for its lock.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::{nanos_from_secs, secs_from_nanos};
 use circuit_breaker_core::shm::{Key, MappedRecord, ShmError};
-use circuit_breaker_core::{Counts, HeapStore, Nanos, Published, Record, Store as CoreStore, WindowSpec};
+use circuit_breaker_core::{Counts, HeapStore, Nanos, Place, Published, Record, Store as CoreStore, WindowSpec};
 use magnus::{
     method,
     prelude::*,
@@ -25,11 +25,6 @@ use magnus::{
 use crate::args;
 use crate::clock::ClockSource;
 use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy};
-
-enum Store {
-    Heap(HeapStore),
-    Mapped(MappedRecord, PathBuf),
-}
 
 /// How long a step waits for a busy shared lock by default: the lock is
 /// held for microseconds, so this long means a stuck holder.
@@ -66,7 +61,7 @@ impl Blocked {
 /// What window objects and their breaker share: the record (window and
 /// breaker state) behind one lock.
 pub struct Shared {
-    store: Store,
+    store: Place,
     /// Nanoseconds a step waits for a busy lock (see docs/shared.md).
     wait: AtomicI64,
     /// Set when a wait ran out, cleared when the lock is next taken: while
@@ -93,10 +88,10 @@ impl Shared {
         given: impl Fn(&str) -> Option<Value>,
     ) -> Result<Arc<Self>, Error> {
         let store = HeapStore::new(&spec, seed()).map_err(|e| config_error_given(ruby, e, given))?;
-        Ok(Self::with_store(Store::Heap(store), spec, clock))
+        Ok(Self::with_store(Place::Heap(store), spec, clock))
     }
 
-    fn with_store(store: Store, spec: WindowSpec, own_clock: Option<ClockSource>) -> Arc<Self> {
+    fn with_store(store: Place, spec: WindowSpec, own_clock: Option<ClockSource>) -> Arc<Self> {
         Arc::new(Self {
             store,
             wait: AtomicI64::new(LOCK_WAIT),
@@ -138,15 +133,14 @@ impl Shared {
     pub fn mapped(&self, ruby: &Ruby, namespace: &[u8], name: &[u8], config_hash: u64) -> Result<Arc<Self>, Error> {
         let key = Key { namespace, name, config_hash, spec: &self.spec };
         let shm_error = |e| match e {
-            ShmError::Mismatch(m) if m.starts_with("shared:") => arg_error(ruby, m),
-            ShmError::Mismatch(m) => arg_error(ruby, format!("shared: {m}")),
             ShmError::Io { context, source } => crate::errors::system_error(ruby, &context, source),
             // Ruby's error for what the platform lacks (docs/install.md).
-            ShmError::Unsupported(m) => Error::new(ruby.exception_not_imp_error(), m),
+            e @ ShmError::Unsupported { .. } => Error::new(ruby.exception_not_imp_error(), e.to_string()),
+            e => arg_error(ruby, e.to_string()),
         };
         let path = key.path().map_err(shm_error)?;
         let record = MappedRecord::open(&key, &path, seed()).map_err(shm_error)?;
-        Ok(Self::with_store(Store::Mapped(record, path), self.spec, self.own_clock.clone()))
+        Ok(Self::with_store(Place::Mapped { record, path }, self.spec, self.own_clock.clone()))
     }
 
     /// The window's settings.
@@ -156,10 +150,7 @@ impl Shared {
 
     /// The shared file, if the record is in one.
     pub fn path(&self) -> Option<&Path> {
-        match &self.store {
-            Store::Heap(_) => None,
-            Store::Mapped(_, path) => Some(path),
-        }
+        self.store.path()
     }
 
     /// Runs `f` on the record under the lock. `f` must not call Ruby. A
@@ -167,29 +158,18 @@ impl Shared {
     /// waited for without the GVL, up to the bound; then the step is not run.
     #[inline]
     pub fn with<T>(&self, f: impl FnOnce(&mut Record) -> T) -> Result<T, Blocked> {
-        match &self.store {
-            Store::Heap(h) => self.step(h, f),
-            Store::Mapped(m, _) => self.step(m, f),
-        }
-    }
-
-    #[inline]
-    fn step<S: CoreStore, T>(&self, store: &S, f: impl FnOnce(&mut Record) -> T) -> Result<T, Blocked> {
-        let mut guard = match store.try_lock() {
+        let mut guard = match self.store.try_lock() {
             Ok(Some(g)) => g,
-            Ok(None) => self.wait(store)?,
+            Ok(None) => self.wait()?,
             Err(e) => return Err(Blocked::Failed(e)),
         };
-        Ok(store.step(&mut guard, f))
+        Ok(self.store.step(&mut guard, f))
     }
 
     /// What the store publishes for callers that take no lock.
     #[inline]
     pub fn published(&self) -> &Published {
-        match &self.store {
-            Store::Heap(h) => h.published(),
-            Store::Mapped(m, _) => m.published(),
-        }
+        self.store.published()
     }
 
     /// Sets how long this process's steps wait for a busy lock.
@@ -200,7 +180,7 @@ impl Shared {
     /// Whether the record is in a file every process of the host maps
     /// (its counters are host-wide).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.store, Store::Mapped(..))
+        self.store.is_mapped()
     }
 
     /// Gives up a claim whose breaker could not be built.
@@ -215,10 +195,7 @@ impl Shared {
 
     /// Holds the lock of a shared record for `ms`, doing nothing (tests).
     pub fn hold_lock_for_test(&self, ms: u64) -> std::io::Result<()> {
-        match &self.store {
-            Store::Mapped(m, _) => m.hold_lock_for_test(ms),
-            Store::Heap(_) => Ok(()),
-        }
+        self.store.hold_lock_for_test(ms)
     }
 
     /// The window's slow-call threshold.
@@ -253,7 +230,8 @@ impl Shared {
     /// a shared lock while it waits for its GVL (which other threads may
     /// keep for a time slice).
     #[cold]
-    fn wait<'s, S: CoreStore>(&self, store: &'s S) -> Result<S::Guard<'s>, Blocked> {
+    fn wait(&self) -> Result<<Place as CoreStore>::Guard<'_>, Blocked> {
+        let store = &self.store;
         let wait = if self.stuck.load(Ordering::Relaxed) { STUCK_WAIT } else { self.wait.load(Ordering::Relaxed) };
         let deadline = ClockSource::Monotonic.now().saturating_add(wait);
         loop {

@@ -67,11 +67,7 @@ impl Key<'_> {
         escape(self.name, &mut file);
         file.push_str(&format!("-{:016x}", self.hash()));
         if file.len() > NAME_MAX {
-            return Err(ShmError::Mismatch(format!(
-                "shared: name too long: its file name would be {} bytes (with namespace and escapes; at most {NAME_MAX}); \
-                 use a shorter shared: name or namespace:",
-                file.len()
-            )));
+            return Err(ShmError::NameTooLong { bytes: file.len(), max: NAME_MAX });
         }
         Ok(shm_dir().join(file))
     }

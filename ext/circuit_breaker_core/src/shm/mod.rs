@@ -40,6 +40,9 @@
 
 use std::io;
 use std::mem::{align_of, size_of};
+use std::path::PathBuf;
+
+use crate::check::ConfigError;
 
 use crate::hashing::Fnv;
 use crate::record::Record;
@@ -81,20 +84,56 @@ pub(crate) struct Header {
     pub(crate) published: Published,
 }
 
-/// Why a shared record could not be opened.
+/// Why a shared record could not be opened. Every message but `Io`'s
+/// starts with `shared:` and says what to do; the binding raises them as
+/// `ArgumentError`, `Io` as `SystemCallError` and `Unsupported` as
+/// `NotImplementedError`.
 #[derive(Debug, thiserror::Error)]
 pub enum ShmError {
-    /// The file exists but is not one this build can use, or the name
-    /// cannot be a file name.
-    #[error("{0}")]
-    Mismatch(String),
+    /// The file name of `shared:` and `namespace:` would be too long.
+    #[error(
+        "shared: name too long: its file name would be {bytes} bytes (with namespace and escapes; at most {max}); \
+         use a shorter shared: name or namespace:"
+    )]
+    NameTooLong { bytes: usize, max: usize },
+    /// A path with a NUL byte.
+    #[error("shared: {}: a path may not contain NUL", .0.display())]
+    NulInPath(PathBuf),
+    /// The window's settings make no record.
+    #[error("shared: {0}")]
+    Window(#[from] ConfigError),
+    /// Something other than a private regular file of this user is there.
+    #[error(
+        "shared: {} must be a regular file owned by this user and private to it (mode 0600); \
+         delete it, or choose another shared: name",
+        .0.display()
+    )]
+    NotPrivate(PathBuf),
+    /// A file of another size: not one this build makes for these options.
+    #[error(
+        "shared: {} is not a circuit_breaker file of this build ({size} bytes, expected {expected}); \
+         delete it, or choose another shared: name",
+        path.display()
+    )]
+    WrongSize { path: PathBuf, size: usize, expected: usize },
+    /// A file of the right size whose header is another build's, version's
+    /// or configuration's (or not a header at all).
+    #[error(
+        "shared: {} is not a circuit_breaker file of layout version {LAYOUT_VERSION} made by this build for these \
+         options; delete it, or choose another shared: name",
+        .0.display()
+    )]
+    Foreign(PathBuf),
     /// The operating system refused (permissions, space, …).
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },
-    /// This build has no shared records (see the module doc); the message
-    /// names `shared:` and the platform.
-    #[error("{0}")]
-    Unsupported(String),
+    /// This build has no shared records (see the module doc); `platform`
+    /// says which ("on macos", "by this build …").
+    #[error(
+        "shared: is not supported {platform}: it needs robust process-shared mutexes (a process that dies holding \
+         the lock must not wedge the others), which only Linux has; breakers of one process work (docs/install.md)"
+    )]
+    Unsupported { platform: String },
 }
 
 /// A hash of the layout of every struct stored in a shared file, the

@@ -23,11 +23,7 @@ impl MappedRecord {
         } else {
             format!("on {}", std::env::consts::OS)
         };
-        Err(ShmError::Unsupported(format!(
-            "shared: is not supported {platform}: it needs robust process-shared mutexes (a process that dies \
-             holding the lock must not wedge the others), which only Linux has; breakers of one process work \
-             (docs/install.md)"
-        )))
+        Err(ShmError::Unsupported { platform })
     }
 
     pub fn hold_lock_for_test(&self, _ms: u64) -> io::Result<()> {
@@ -80,7 +76,8 @@ mod tests {
         let key = Key { namespace: b"app", name: b"payments", config_hash: 1, spec: &spec };
         let path = key.path().expect("a short name has a path");
         match MappedRecord::open(&key, &path, 0) {
-            Err(ShmError::Unsupported(m)) => {
+            Err(e @ ShmError::Unsupported { .. }) => {
+                let m = e.to_string();
                 assert!(m.starts_with("shared: is not supported "), "{m}");
                 assert!(m.contains("docs/install.md"), "{m}");
             }

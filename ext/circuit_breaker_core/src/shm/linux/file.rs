@@ -51,7 +51,7 @@ impl MappedRecord {
     /// at `path` (see [`Key::path`]); removes files of this user that no
     /// live process maps any more.
     pub fn open(key: &Key, path: &Path, seed: u64) -> Result<Self, ShmError> {
-        let layout = Layout::of(key.spec).map_err(|e| ShmError::Mismatch(e.to_string()))?;
+        let layout = Layout::of(key.spec)?;
         let hsize = header_size();
         let len = hsize + layout.size;
         let shown = path.display().to_string();
@@ -102,18 +102,12 @@ impl MappedRecord {
         // SAFETY: geteuid cannot fail.
         let euid = unsafe { libc::geteuid() };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != euid || st.st_mode & 0o077 != 0 {
-            return Err(ShmError::Mismatch(format!(
-                "{shown} must be a regular file owned by this user and private to it (mode 0600); \
-                 delete it, or choose another shared: name"
-            )));
+            return Err(ShmError::NotPrivate(shown.into()));
         }
         let existing = usize::try_from(st.st_size).unwrap_or(usize::MAX);
         let half_built = existing == 0 || Self::magic_is_zero(fd.0);
         if !half_built && existing != len {
-            return Err(ShmError::Mismatch(format!(
-                "{shown} is not a circuit_breaker file of this build ({existing} bytes, expected {len}); \
-                 delete it, or choose another shared: name"
-            )));
+            return Err(ShmError::WrongSize { path: shown.into(), size: existing, expected: len });
         }
         if half_built {
             // A file its creator left before it was ready: start afresh.
@@ -159,10 +153,7 @@ impl MappedRecord {
             || h.record_size != layout.size as u64
             || h.config_hash != config_hash
         {
-            return Err(ShmError::Mismatch(format!(
-                "{shown} is not a circuit_breaker file of layout version {LAYOUT_VERSION} made by this build for these options; \
-                 delete it, or choose another shared: name"
-            )));
+            return Err(ShmError::Foreign(shown.into()));
         }
         Ok(this)
     }
@@ -209,8 +200,7 @@ impl MappedRecord {
             });
         }
         // SAFETY: the block after the header is `layout.size` bytes, 64-aligned.
-        unsafe { Record::init(self.base.add(hsize), layout, spec, seed) }
-            .map_err(|e| ShmError::Mismatch(e.to_string()))?;
+        unsafe { Record::init(self.base.add(hsize), layout, spec, seed) }?;
         // SAFETY: plain writes to the header, which nobody else reads yet.
         unsafe {
             (*header).magic = MAGIC;

@@ -79,8 +79,7 @@ pub(super) fn still_at(fd: i32, path: &CString) -> bool {
 }
 
 pub(super) fn c_path(path: &Path) -> Result<CString, ShmError> {
-    CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| ShmError::Mismatch(format!("{}: a path may not contain NUL", path.display())))
+    CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| ShmError::NulInPath(path.to_owned()))
 }
 
 /// An open descriptor, closed when dropped (which also drops its locks).

@@ -91,7 +91,8 @@ fn keys_differ_by_namespace_name_configuration_and_window() {
 #[test]
 fn a_name_too_long_for_a_file_name_is_refused_by_name() {
     let long = "x".repeat(NAME_MAX);
-    let Err(ShmError::Mismatch(m)) = key(&long, 7, &SPEC).path() else { panic!("accepted") };
+    let Err(e @ ShmError::NameTooLong { .. }) = key(&long, 7, &SPEC).path() else { panic!("accepted") };
+    let m = e.to_string();
     assert!(m.starts_with("shared: name too long"), "{m}");
     assert!(key(&"x".repeat(150), 7, &SPEC).path().is_ok());
 }
@@ -105,9 +106,15 @@ fn a_foreign_file_is_refused() {
     let mut junk = vec![0xABu8; len];
     junk[12..16].copy_from_slice(&READY.to_le_bytes()); // looks ready, wrong magic
     std::fs::write(&p, &junk).unwrap();
-    assert!(matches!(MappedRecord::open(&k, &p, 1), Err(ShmError::Mismatch(_))));
+    assert!(matches!(
+        MappedRecord::open(&k, &p, 1),
+        Err(ShmError::WrongSize { .. } | ShmError::Foreign(_) | ShmError::NotPrivate(_))
+    ));
     std::fs::write(&p, b"short").unwrap();
-    assert!(matches!(MappedRecord::open(&k, &p, 1), Err(ShmError::Mismatch(_))));
+    assert!(matches!(
+        MappedRecord::open(&k, &p, 1),
+        Err(ShmError::WrongSize { .. } | ShmError::Foreign(_) | ShmError::NotPrivate(_))
+    ));
 }
 
 #[test]
@@ -135,7 +142,10 @@ fn a_link_or_a_file_open_to_others_is_refused() {
     std::fs::write(&p, b"").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
-    assert!(matches!(MappedRecord::open(&k, &p, 1), Err(ShmError::Mismatch(_))));
+    assert!(matches!(
+        MappedRecord::open(&k, &p, 1),
+        Err(ShmError::WrongSize { .. } | ShmError::Foreign(_) | ShmError::NotPrivate(_))
+    ));
 }
 
 #[test]
