@@ -100,6 +100,21 @@ RSpec.describe CircuitBreaker::Adapters::Redis, :redis do
       expect(CircuitBreaker.registry.keys).to eq(["cache"])
     end
 
+    it "leaves the fleet: syncer's connections alone, even when the app's client is protected" do
+      c = client
+      command(c, "SET", "k", "v")
+      fleet = CircuitBreaker.new(name: "fleet-#{Process.pid}", fleet: c, fleet_interval: 0.05)
+      redis_server.wait_until("the fleet connected") { fleet.metrics[:fleet] == :connected }
+      fleet.call { :ok } # something for the syncer to send
+      sends = redis_server.command_counts.fetch("evalsha", 0)
+      redis_server.wait_until("the syncer sent") { redis_server.command_counts.fetch("evalsha", 0) > sends }
+
+      expect(CircuitBreaker.registry.keys).to eq([name])
+      expect(breaker.metrics[:total]).to eq(1) # the app's SET; none of the syncer's commands
+    ensure
+      CircuitBreaker::Fleet.stop_all
+    end
+
     it "refuses a bad setting, naming it" do
       expect { command(client(setting: 42), "GET", "k") }.to raise_error(TypeError, /circuit_breaker: must be/)
     end
