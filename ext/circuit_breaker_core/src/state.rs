@@ -199,15 +199,12 @@ impl Transitions {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Breaker {
-    state: State,
+    /// The state, with what only that state has.
+    phase: Phase,
     generation: u64,
-    opened_at: Nanos,
-    /// Length of the current opening (backed off and jittered).
-    open_for: Nanos,
     /// The backed-off length of the last opening before jitter, which the
     /// next reopen multiplies; 0 once closed.
     open_base: Nanos,
-    stage: Stage,
     counters: Counters,
     /// The window just before the last opening (see [`Metrics::tripped`]).
     tripped: Counts,
@@ -217,16 +214,47 @@ pub struct Breaker {
     pub(crate) fleet: HostSide,
 }
 
+/// A breaker's state with the data only that state has. Plain data, stored
+/// in shared files: its layout is pinned (`repr(C, u8)`: a tag byte, then
+/// the variant's fields as a `repr(C)` struct) and hashed.
+#[repr(C, u8)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+// A stage is large, but a record is plain data in place (shared memory
+// included): nothing in it may point elsewhere.
+#[allow(clippy::large_enum_variant)]
+enum Phase {
+    Closed,
+    /// Rejects until `opened_at + open_for` (`open_for`: the length of this
+    /// opening, backed off and jittered).
+    Open {
+        opened_at: Nanos,
+        open_for: Nanos,
+    },
+    /// Runs a stage of the ramp.
+    HalfOpen(Stage),
+    ForcedOpen,
+    Disabled,
+}
+
+impl Phase {
+    fn state(&self) -> State {
+        match self {
+            Phase::Closed => State::Closed,
+            Phase::Open { .. } => State::Open,
+            Phase::HalfOpen(_) => State::HalfOpen,
+            Phase::ForcedOpen => State::ForcedOpen,
+            Phase::Disabled => State::Disabled,
+        }
+    }
+}
+
 impl Breaker {
     /// A closed breaker. `seed` feeds the jitter of open durations.
     pub fn new(seed: u64) -> Self {
         Self {
-            state: State::Closed,
+            phase: Phase::Closed,
             generation: 0,
-            opened_at: 0,
-            open_for: 0,
             open_base: 0,
-            stage: Stage::new(0, 0, 0),
             counters: Counters::default(),
             tripped: Counts::default(),
             rng: seed,
@@ -236,7 +264,30 @@ impl Breaker {
 
     /// The current state, without applying timers.
     pub fn state(&self) -> State {
-        self.state
+        self.phase.state()
+    }
+
+    /// The half-open stage (None unless half-open).
+    fn stage(&self) -> Option<&Stage> {
+        match &self.phase {
+            Phase::HalfOpen(stage) => Some(stage),
+            _ => None,
+        }
+    }
+
+    fn stage_mut(&mut self) -> Option<&mut Stage> {
+        match &mut self.phase {
+            Phase::HalfOpen(stage) => Some(stage),
+            _ => None,
+        }
+    }
+
+    /// The length of the current opening (0 unless open).
+    fn open_for(&self) -> Nanos {
+        match self.phase {
+            Phase::Open { open_for, .. } => open_for,
+            _ => 0,
+        }
     }
 
     /// The current generation.
@@ -249,7 +300,7 @@ impl Breaker {
     /// that does not fit (never in practice) publishes "ask the lock".
     pub fn published(&self) -> u64 {
         if self.generation >> 61 == 0 {
-            (self.generation << 3) | self.state as u64
+            (self.generation << 3) | self.state() as u64
         } else {
             State::Open as u64
         }
@@ -258,17 +309,18 @@ impl Breaker {
     /// When an open breaker turns half-open (None unless open): the retry
     /// time of a call rejected from the published state alone.
     pub fn half_open_at(&self) -> Option<Nanos> {
-        (self.state == State::Open).then(|| self.opened_at.saturating_add(self.open_for))
+        match self.phase {
+            Phase::Open { opened_at, open_for } => Some(opened_at.saturating_add(open_for)),
+            _ => None,
+        }
     }
 
     /// Adds the layout of the breaker's state (see
     /// [`crate::shm::layout_hash`]); keep the field list whole.
     pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
         let h = crate::hash_layout!(h, enum State);
-        let h = crate::hash_layout!(
-            h,
-            Breaker { state, generation, opened_at, open_for, open_base, stage, counters, tripped, rng, fleet }
-        );
+        let h = crate::hash_layout!(h, enum Phase);
+        let h = crate::hash_layout!(h, Breaker { phase, generation, open_base, counters, tripped, rng, fleet });
         let h =
             crate::hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
         let h = crate::mirror::layout(h);
@@ -277,11 +329,7 @@ impl Breaker {
 
     /// Half-open probes currently running in this generation.
     pub fn probes_in_flight(&self) -> u32 {
-        if self.state == State::HalfOpen {
-            self.stage.in_flight()
-        } else {
-            0
-        }
+        self.stage().map_or(0, Stage::in_flight)
     }
 
     /// In a forked child: the probes other threads of the parent were
@@ -289,8 +337,8 @@ impl Breaker {
     /// their slots are freed. The forking thread's own permits stay valid,
     /// and keep their slots.
     pub fn after_fork(&mut self) {
-        if self.state == State::HalfOpen {
-            self.stage.after_fork(Cohort::thread_id());
+        if let Some(stage) = self.stage_mut() {
+            stage.after_fork(Cohort::thread_id());
         }
         // The child is a host of its own: it sends for its copy at once.
         self.fleet.after_fork();
@@ -313,12 +361,12 @@ impl Breaker {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         let generation = self.generation;
-        let decision = match self.state {
-            State::Closed | State::Disabled => Decision::Allowed(Permit { generation, probe: false, cohort: 0 }),
-            State::HalfOpen => {
-                let share = cfg.ramp[self.stage.index as usize];
+        let decision = match &mut self.phase {
+            Phase::Closed | Phase::Disabled => Decision::Allowed(Permit { generation, probe: false, cohort: 0 }),
+            Phase::HalfOpen(stage) => {
+                let share = cfg.ramp[stage.index as usize];
                 let quota = self.fleet.probe_quota(cfg.half_open_calls);
-                match self.stage.admit(share, quota, now, Cohort::thread_id()) {
+                match stage.admit(share, quota, now, Cohort::thread_id()) {
                     Some(cohort) => Decision::Allowed(Permit { generation, probe: true, cohort }),
                     None => {
                         self.fleet.starve();
@@ -326,8 +374,8 @@ impl Breaker {
                     }
                 }
             }
-            State::Open => self.reject(State::Open, Some(self.remaining(now))),
-            State::ForcedOpen => self.reject(State::ForcedOpen, None),
+            Phase::Open { .. } => self.reject(State::Open, Some(self.remaining(now))),
+            Phase::ForcedOpen => self.reject(State::ForcedOpen, None),
         };
         (decision, out)
     }
@@ -352,19 +400,26 @@ impl Breaker {
         if !same_generation(permit.generation, self.generation) {
             return out;
         }
-        if self.state == State::HalfOpen && permit.probe && !self.stage.settle(permit.cohort) {
-            return out;
-        }
-        match (self.state, mark) {
-            (State::HalfOpen, None) if permit.probe => self.stage.release(),
-            (State::HalfOpen, Some(m)) if permit.probe => {
+        let recording = matches!(self.phase, Phase::Closed | Phase::Disabled);
+        let probe = match self.stage_mut() {
+            Some(stage) if permit.probe => {
+                if !stage.settle(permit.cohort) {
+                    return out;
+                }
+                Some(stage)
+            }
+            _ => None,
+        };
+        match (probe, mark) {
+            (Some(stage), None) => stage.release(),
+            (Some(stage), Some(m)) => {
                 w.add(m, now);
                 let passed = !m.failure && !m.slow;
-                let verdict = self.stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
+                let verdict = stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
                 self.fleet.probe_finished(passed);
                 self.judge(self.fleet.restrain(verdict), Reason::ProbeFailed, w, cfg, now, &mut out);
             }
-            (State::Closed | State::Disabled, Some(m)) => self.record_closed(w, cfg, m, now, &mut out),
+            (None, Some(m)) if recording => self.record_closed(w, cfg, m, now, &mut out),
             _ => {}
         }
         out
@@ -381,7 +436,7 @@ impl Breaker {
     ) -> Transitions {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
-        if matches!(self.state, State::Closed | State::Disabled) {
+        if matches!(self.phase, Phase::Closed | Phase::Disabled) {
             let mark = outcome.mark(w);
             self.counters.settled(mark);
             if let Some(m) = mark {
@@ -432,7 +487,7 @@ impl Breaker {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
         self.enter(to, Reason::Manual, w, cfg, now, &mut out);
-        self.fleet.command(to, if to == State::Open { self.open_for } else { 0 });
+        self.fleet.command(to, self.open_for());
         out
     }
 
@@ -442,7 +497,7 @@ impl Breaker {
     }
 
     pub(crate) fn remaining(&self, now: Nanos) -> Nanos {
-        self.opened_at.saturating_add(self.open_for).saturating_sub(now).max(0)
+        self.half_open_at().map_or(0, |at| at.saturating_sub(now).max(0))
     }
 
     /// Applies the timers that are due. Inlined: only open and half-open
@@ -456,7 +511,7 @@ impl Breaker {
         now: Nanos,
         out: &mut Transitions,
     ) {
-        if matches!(self.state, State::Open | State::HalfOpen) {
+        if matches!(self.phase, Phase::Open { .. } | Phase::HalfOpen(_)) {
             self.run_timers(w, cfg, now, out);
         }
     }
@@ -468,19 +523,21 @@ impl Breaker {
         now: Nanos,
         out: &mut Transitions,
     ) {
-        match self.state {
-            State::Open if now >= self.opened_at.saturating_add(self.open_for) => {
+        match self.phase {
+            Phase::Open { opened_at, open_for } if now >= opened_at.saturating_add(open_for) => {
                 self.enter(State::HalfOpen, Reason::CoolDownElapsed, w, cfg, now, out);
             }
-            State::HalfOpen => {
-                let round_deadline = cfg.half_open_timeout.map(|t| self.stage.started_at.saturating_add(t));
+            Phase::HalfOpen(stage) => {
+                let round_deadline = cfg.half_open_timeout.map(|t| stage.started_at.saturating_add(t));
                 if let Some(timeout) = cfg.probe_timeout {
                     // Probes due before the round's own deadline fail first.
                     let until = round_deadline.map_or(now, |d| now.min(d.saturating_sub(1)));
                     self.expire_probes(timeout, until, w, cfg, now, out);
                 }
-                let round_deadline = cfg.half_open_timeout.map(|t| self.stage.started_at.saturating_add(t));
-                if self.state == State::HalfOpen && round_deadline.is_some_and(|d| now >= d) {
+                // Probes that timed out may have started a new round.
+                let started_at = self.stage().map(|s| s.started_at);
+                let round_deadline = cfg.half_open_timeout.zip(started_at).map(|(t, s)| s.saturating_add(t));
+                if round_deadline.is_some_and(|d| now >= d) {
                     self.enter(State::Open, Reason::HalfOpenTimeout, w, cfg, now, out);
                 }
             }
@@ -500,15 +557,17 @@ impl Breaker {
         out: &mut Transitions,
     ) {
         let generation = self.generation;
-        while self.state == State::HalfOpen && self.generation == generation {
-            let due = self.stage.expire(timeout, until);
+        while self.generation == generation {
+            let Some(stage) = self.stage_mut() else { return };
+            let due = stage.expire(timeout, until);
             if due == 0 {
                 return;
             }
             for _ in 0..due {
                 // Recorded as what it was: a call that failed after at least `timeout`.
                 w.record(timeout as f64, false, now);
-                let verdict = self.stage.finish(false, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
+                let Some(stage) = self.stage_mut() else { return };
+                let verdict = stage.finish(false, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
                 self.fleet.probe_finished(false);
                 let verdict = self.fleet.restrain(verdict);
                 if verdict != Verdict::Pending {
@@ -529,7 +588,7 @@ impl Breaker {
         out: &mut Transitions,
     ) {
         w.add(m, now);
-        if self.state != State::Closed {
+        if self.phase != Phase::Closed {
             return;
         }
         if let Some(reason) = trip_reason(cfg, &w.counts(now), w.capacity()) {
@@ -549,15 +608,16 @@ impl Breaker {
     ) {
         // A stage advances only once it has lasted min_stage_duration; a
         // round that passes earlier starts the stage over (docs/semantics.md).
-        let lasted = now >= self.stage.entered_at.saturating_add(cfg.min_stage_duration);
+        let Some(&Stage { index, entered_at, .. }) = self.stage() else { return };
+        let lasted = now >= entered_at.saturating_add(cfg.min_stage_duration);
         match verdict {
             Verdict::Pending => {}
             Verdict::Reopen => self.enter(State::Open, reopen_reason, w, cfg, now, out),
             Verdict::Restart => self.new_round(now),
             Verdict::Advance if !lasted => self.new_round(now),
-            Verdict::Advance if (self.stage.index as usize) + 1 < cfg.ramp.len() => {
+            Verdict::Advance if (index as usize) + 1 < cfg.ramp.len() => {
                 self.generation = self.generation.wrapping_add(1);
-                self.stage = Stage::new(self.stage.index + 1, now, now);
+                self.phase = Phase::HalfOpen(Stage::new(index + 1, now, now));
             }
             Verdict::Advance => self.enter(State::Closed, Reason::ProbesPassed, w, cfg, now, out),
         }
@@ -566,8 +626,10 @@ impl Breaker {
     /// The stage starts over: a new round with a new generation, the same
     /// share, a fresh quota, and the stage's entry time kept.
     fn new_round(&mut self, now: Nanos) {
-        self.generation = self.generation.wrapping_add(1);
-        self.stage = Stage::new(self.stage.index, self.stage.entered_at, now);
+        if let Some(&Stage { index, entered_at, .. }) = self.stage() {
+            self.generation = self.generation.wrapping_add(1);
+            self.phase = Phase::HalfOpen(Stage::new(index, entered_at, now));
+        }
     }
 
     /// Half-open at stage `index` from now: a fleet's stage (fleet.rs), a
@@ -581,11 +643,11 @@ impl Breaker {
         now: Nanos,
         out: &mut Transitions,
     ) {
-        if self.state != State::HalfOpen {
+        if self.state() != State::HalfOpen {
             self.enter(State::HalfOpen, reason, w, cfg, now, out);
         }
         self.generation = self.generation.wrapping_add(1);
-        self.stage = Stage::new(index.min(cfg.ramp.len().saturating_sub(1) as u32), now, now);
+        self.phase = Phase::HalfOpen(Stage::new(index.min(cfg.ramp.len().saturating_sub(1) as u32), now, now));
     }
 
     fn enter<S: Slots, B: Buckets>(
@@ -613,14 +675,14 @@ impl Breaker {
         now: Nanos,
         out: &mut Transitions,
     ) {
-        let from = self.state;
+        let from = self.state();
         let window_before = w.counts(now);
-        self.state = to;
         self.generation = self.generation.wrapping_add(1);
-        match to {
+        self.phase = match to {
             State::Closed => {
                 w.reset();
                 self.open_base = 0;
+                Phase::Closed
             }
             State::Open => {
                 if from != State::Open {
@@ -632,15 +694,16 @@ impl Breaker {
                     }
                 }
                 w.reset();
-                self.open_for = match open_for {
+                let open_for = match open_for {
                     Some(t) => t.max(1),
                     None => self.next_open_duration(from, reason, cfg),
                 };
-                self.opened_at = now;
+                Phase::Open { opened_at: now, open_for }
             }
-            State::HalfOpen => self.stage = Stage::new(0, now, now),
-            State::ForcedOpen | State::Disabled => {}
-        }
+            State::HalfOpen => Phase::HalfOpen(Stage::new(0, now, now)),
+            State::ForcedOpen => Phase::ForcedOpen,
+            State::Disabled => Phase::Disabled,
+        };
         if from != to {
             out.push(Transition { from, to, reason, metrics: self.snapshot(w, cfg, now), window_before });
         }
@@ -675,18 +738,15 @@ impl Breaker {
     }
 
     fn snapshot<S: Slots, B: Buckets>(&self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Metrics {
-        let (stage, admit_share, retry_after) = match self.state {
-            State::Closed | State::Disabled => (None, 1.0, Some(0)),
-            State::Open => (None, 0.0, Some(self.remaining(now))),
-            State::ForcedOpen => (None, 0.0, None),
-            State::HalfOpen => {
-                let i = self.stage.index;
-                (Some(i), cfg.ramp_shares[i as usize], Some(0))
-            }
+        let (stage, admit_share, retry_after) = match &self.phase {
+            Phase::Closed | Phase::Disabled => (None, 1.0, Some(0)),
+            Phase::Open { .. } => (None, 0.0, Some(self.remaining(now))),
+            Phase::ForcedOpen => (None, 0.0, None),
+            Phase::HalfOpen(stage) => (Some(stage.index), cfg.ramp_shares[stage.index as usize], Some(0)),
         };
-        let tripped = matches!(self.state, State::Open | State::HalfOpen).then_some(self.tripped);
+        let tripped = matches!(self.phase, Phase::Open { .. } | Phase::HalfOpen(_)).then_some(self.tripped);
         Metrics {
-            state: self.state,
+            state: self.state(),
             counts: w.counts(now),
             counters: self.counters,
             tripped,

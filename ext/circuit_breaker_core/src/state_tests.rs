@@ -1303,7 +1303,7 @@ fn many_reopens_with_a_huge_backoff_saturate() {
             let p = r.permit(now);
             let t = r.complete(p, FAIL, now);
             assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)]);
-            let open_for = r.b.open_for;
+            let open_for = r.b.open_for();
             assert!(open_for >= last, "open durations never shrink: {open_for} < {last}");
             last = open_for;
         }
@@ -1579,7 +1579,7 @@ fn a_round_that_passes_before_min_stage_duration_starts_a_new_round_of_the_same_
     let m = r.metrics(e + SEC);
     assert_eq!((m.state, m.stage, m.admit_share), (HalfOpen, Some(0), 0.5));
     assert_ne!(r.b.generation(), g, "a new round has a new generation");
-    assert_eq!(r.b.stage.entered_at, e, "starting over keeps the stage's entry time");
+    assert_eq!(r.b.stage().map(|s| s.entered_at), Some(e), "starting over keeps the stage's entry time");
     // Its first call is admitted, with a fresh quota; the share is spaced anew.
     assert!(pass_round(&mut r, e + 4 * SEC).is_empty());
     assert_eq!(r.metrics(e + 4 * SEC).stage, Some(0));
