@@ -30,7 +30,7 @@ class CircuitBreaker
   #   shared_path -> String or nil
   #
   # The file that holds a <tt>shared:</tt> breaker (docs/shared.md), e.g.
-  # <tt>/dev/shm/circuit_breaker-1000-payments-3f9c0d2a71b4e865</tt>: its
+  # <tt>/dev/shm/circuit_breaker-1000/circuit_breaker-1000-payments-3f9c0d2a71b4e865</tt>: its
   # name holds a hash of the options, so it is a method of the breaker. nil
   # for a breaker of one process.
 

@@ -138,16 +138,16 @@ RSpec.describe CircuitBreaker, "shared: within one process", :shared_memory do
   describe "#shared_path", :shm_dir do
     let(:uid) { Process.uid }
 
-    it "names a file of this user under /dev/shm, keyed by namespace, name and configuration" do
+    it "names a file in a directory of this user under /dev/shm, keyed by namespace, name and configuration" do
       skip "no /dev/shm here" unless File.directory?("/dev/shm")
       ENV.delete("CIRCUIT_BREAKER_SHM_DIR")
       key = shared_name
 
       path = described_class.new(shared: key, namespace: "shop").shared_path
-      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}-shop-#{key}-\h{16}\z})
+      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}/circuit_breaker-#{uid}-shop-#{key}-\h{16}\z})
       path = described_class.new(shared: key).shared_path
       namespace = Regexp.escape(CircuitBreaker.default_namespace)
-      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}-#{namespace}-#{key}-\h{16}\z})
+      expect(path).to match(%r{\A/dev/shm/circuit_breaker-#{uid}/circuit_breaker-#{uid}-#{namespace}-#{key}-\h{16}\z})
       expect(described_class.new(shared: key).shared_path).to eq(path)
       expect(described_class.new(shared: key, min_calls: 7).shared_path).not_to eq(path)
     end
@@ -164,7 +164,7 @@ RSpec.describe CircuitBreaker, "shared: within one process", :shared_memory do
       Dir.mktmpdir do |dir|
         ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
 
-        expect(File.dirname(described_class.new(shared: shared_name).shared_path)).to eq(dir)
+        expect(File.dirname(described_class.new(shared: shared_name).shared_path)).to eq("#{dir}/circuit_breaker-#{uid}")
       end
     end
 

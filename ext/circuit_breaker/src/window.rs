@@ -139,8 +139,25 @@ impl Shared {
             e => arg_error(ruby, e.to_string()),
         };
         let path = key.path().map_err(shm_error)?;
-        let record = MappedRecord::open(&key, &path, seed()).map_err(shm_error)?;
-        Ok(Self::with_store(Place::Mapped { record, path }, self.spec, self.own_clock.clone()))
+        let seed = seed();
+        loop {
+            // Opening may wait for another process (docs/shared.md): never
+            // with the GVL, so this process's other threads, `Timeout` and
+            // signals run meanwhile.
+            let stop = AtomicBool::new(false);
+            let opened = crate::cruby::without_gvl(|| MappedRecord::open(&key, &path, seed, &stop), &stop);
+            match opened {
+                Some(Ok(record)) => {
+                    return Ok(Self::with_store(Place::Mapped { record, path }, self.spec, self.own_clock.clone()))
+                }
+                Some(Err(ShmError::Io { source, .. })) if source.kind() == std::io::ErrorKind::Interrupted => {}
+                Some(Err(e)) => return Err(shm_error(e)),
+                None => {}
+            }
+            // Ruby wanted the thread back: raise what it has pending, else
+            // open again.
+            ruby.thread_check_ints()?;
+        }
     }
 
     /// The window's settings.

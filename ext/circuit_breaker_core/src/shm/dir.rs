@@ -14,14 +14,18 @@ pub(super) fn file_prefix() -> String {
     format!("circuit_breaker-{uid}-")
 }
 
-/// Where shared files live: `$CIRCUIT_BREAKER_SHM_DIR`, else `/dev/shm`
-/// (memory, gone at reboot), else the temporary directory.
+/// Where shared files live: the directory `circuit_breaker-<euid>`, private
+/// to the user (opening creates it, mode 0700, and refuses it when another
+/// user owns it or may enter it), in `$CIRCUIT_BREAKER_SHM_DIR`, else in
+/// `/dev/shm` (memory, gone at reboot), else in the temporary directory.
 pub fn shm_dir() -> PathBuf {
-    match std::env::var_os("CIRCUIT_BREAKER_SHM_DIR") {
+    let base = match std::env::var_os("CIRCUIT_BREAKER_SHM_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
         _ => std::env::temp_dir(),
-    }
+    };
+    // SAFETY: geteuid cannot fail.
+    base.join(format!("circuit_breaker-{}", unsafe { libc::geteuid() }))
 }
 
 fn escape(bytes: &[u8], into: &mut String) {

@@ -124,6 +124,28 @@ pub enum ShmError {
         .0.display()
     )]
     Foreign(PathBuf),
+    /// The directory of shared files belongs to another user (who may
+    /// have made it first to block or spy on this one).
+    #[error(
+        "shared: {} belongs to {owner}, not to this user ({me}): shared files live only in a directory private to \
+         their user; remove it, or point CIRCUIT_BREAKER_SHM_DIR elsewhere (docs/shared.md)",
+        dir.display()
+    )]
+    DirNotOwned { dir: PathBuf, owner: String, me: String },
+    /// The directory of shared files is this user's but others may enter it.
+    #[error(
+        "shared: {} is open to other users (mode {mode:04o}): shared files live only in a directory private to \
+         their user; chmod 700 it, remove it, or point CIRCUIT_BREAKER_SHM_DIR elsewhere (docs/shared.md)",
+        dir.display()
+    )]
+    DirOpen { dir: PathBuf, mode: u32 },
+    /// A link or a file where the directory of shared files should be.
+    #[error(
+        "shared: {} must be a directory private to this user, not a link or a file; remove it, or point \
+         CIRCUIT_BREAKER_SHM_DIR elsewhere (docs/shared.md)",
+        .0.display()
+    )]
+    DirNotDir(PathBuf),
     /// The operating system refused (permissions, space, …).
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },

@@ -17,7 +17,7 @@ pub enum MappedRecord {}
 
 impl MappedRecord {
     /// Refuses: this build has no shared records.
-    pub fn open(_key: &Key, _path: &Path, _seed: u64) -> Result<Self, ShmError> {
+    pub fn open(_key: &Key, _path: &Path, _seed: u64, _stop: &AtomicBool) -> Result<Self, ShmError> {
         let platform = if cfg!(feature = "portable") {
             "by this build (CIRCUIT_BREAKER_PORTABLE=1: the code paths of systems other than Linux)".to_owned()
         } else {
@@ -75,7 +75,7 @@ mod tests {
         let spec = WindowSpec::Count { size: 10, slow_threshold_ms: 800.0 };
         let key = Key { namespace: b"app", name: b"payments", config_hash: 1, spec: &spec };
         let path = key.path().expect("a short name has a path");
-        match MappedRecord::open(&key, &path, 0) {
+        match MappedRecord::open(&key, &path, 0, &AtomicBool::new(false)) {
             Err(e @ ShmError::Unsupported { .. }) => {
                 let m = e.to_string();
                 assert!(m.starts_with("shared: is not supported "), "{m}");

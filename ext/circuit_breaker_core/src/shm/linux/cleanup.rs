@@ -1,9 +1,11 @@
 //! Removing the files no live process maps any more.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 use super::file::{MappedRecord, INIT, IN_USE, MAGIC};
-use super::{c_path, fstat, range_lock, still_at, Fd};
+use super::{c_path, fstat, monotonic, range_lock, still_at, Fd};
+use crate::clock::Nanos;
 use crate::shm::dir::file_prefix;
 use crate::shm::ShmError;
 
@@ -26,6 +28,46 @@ pub fn remove_unused(dir: &Path, keep: &Path) {
             continue;
         }
         let _ = remove_if_unused(&path);
+    }
+}
+
+/// How often a process looks for unused files: at its first open (a fresh
+/// process, or a forked child), then at most once per this. A scan opens
+/// every file of the directory, so doing it at each open made booting N
+/// breakers cost N² (docs/shared.md, "Costs").
+const SCAN_EVERY: Nanos = 60_000_000_000;
+
+/// When a process last scanned: its pid (a forked child has another, so
+/// it scans at its first open) and when it may scan again.
+pub(super) struct Throttle {
+    pid: AtomicU32,
+    next: AtomicI64,
+}
+
+impl Throttle {
+    pub(super) const fn new() -> Self {
+        Self { pid: AtomicU32::new(0), next: AtomicI64::new(0) }
+    }
+
+    /// Whether process `pid` scans at `now`; if so, the next scan is due
+    /// [`SCAN_EVERY`] later. Two threads may both be told yes at once:
+    /// a second scan is harmless.
+    pub(super) fn due(&self, pid: u32, now: Nanos) -> bool {
+        if self.pid.load(Ordering::Relaxed) == pid && now < self.next.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.next.store(now.saturating_add(SCAN_EVERY), Ordering::Relaxed);
+        self.pid.store(pid, Ordering::Relaxed);
+        true
+    }
+}
+
+static THROTTLE: Throttle = Throttle::new();
+
+/// [`remove_unused`], when this process's [`Throttle`] says it is due.
+pub(super) fn remove_unused_now_and_then(dir: &Path, keep: &Path) {
+    if THROTTLE.due(std::process::id(), monotonic()) {
+        remove_unused(dir, keep);
     }
 }
 

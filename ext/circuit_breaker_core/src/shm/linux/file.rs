@@ -8,8 +8,9 @@ use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::cleanup::remove_unused;
-use super::{c_path, fstat, monotonic, os_error, range_lock, range_lock_within, realtime, still_at, Fd};
+use super::cleanup::remove_unused_now_and_then;
+use super::private_dir::ensure_private;
+use super::{c_path, fstat, monotonic, os_error, pthread_mutex_clocklock, range_lock, range_lock_within, still_at, Fd};
 use crate::clock::Nanos;
 use crate::record::{Layout, Record};
 use crate::shm::{layout_hash, Header, Key, ShmError, LAYOUT_VERSION};
@@ -28,15 +29,24 @@ pub(crate) fn header_size() -> usize {
 
 /// How long opening a file waits for another process's `INIT` or cleanup
 /// step: they take microseconds, so this long means that process is
-/// stopped; opening then fails (`ETIMEDOUT`) instead of hanging boot.
+/// stopped; opening then fails (`ETIMEDOUT`) instead of hanging boot. The
+/// wait holds no runtime lock (the binding releases Ruby's GVL around
+/// [`MappedRecord::open`]), so the process's other threads run meanwhile.
 const OPEN_WAIT: Nanos = 10_000_000_000;
 
 /// A shared record, mapped into this process.
+///
+/// It keeps no file descriptor: the descriptor it was opened with is
+/// closed once the file is mapped. Its `IN_USE` lock (an open file
+/// description lock) stays held anyway, because the mapping keeps that
+/// open file description alive, and the kernel drops such locks only when
+/// the description's last reference goes: the last `munmap` of this
+/// mapping, in this process and in every child that inherited it, or their
+/// exit or `exec`. So a process holds no descriptor per shared breaker
+/// (docs/shared.md, "Costs").
 pub struct MappedRecord {
     base: *mut u8,
     len: usize,
-    /// Holds the `IN_USE` lock for as long as the mapping lives.
-    _fd: Fd,
 }
 
 // SAFETY: the mapping is process-wide memory; every access to the record
@@ -47,18 +57,23 @@ unsafe impl Send for MappedRecord {}
 unsafe impl Sync for MappedRecord {}
 
 impl MappedRecord {
-    /// Opens (creating when missing, mode 0600) the shared record of `key`
-    /// at `path` (see [`Key::path`]); removes files of this user that no
-    /// live process maps any more.
-    pub fn open(key: &Key, path: &Path, seed: u64) -> Result<Self, ShmError> {
+    /// Opens (creating when missing, mode 0600, in a directory private to
+    /// the user, created mode 0700) the shared record of `key` at `path`
+    /// (see [`Key::path`]); now and then removes files of this user that
+    /// no live process maps any more. Waits for other processes' `INIT`
+    /// locks up to [`OPEN_WAIT`], and stops waiting (an `Interrupted` I/O
+    /// error) once `stop` is set by another thread. Blocks: call it
+    /// without any runtime lock held.
+    pub fn open(key: &Key, path: &Path, seed: u64, stop: &AtomicBool) -> Result<Self, ShmError> {
         let layout = Layout::of(key.spec)?;
         let hsize = header_size();
         let len = hsize + layout.size;
         let shown = path.display().to_string();
         let cpath = c_path(path)?;
-        if let Some(dir) = path.parent() {
-            remove_unused(dir, path);
-        }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        ensure_private(dir)?;
+        remove_unused_now_and_then(dir, path);
+        let lock_error = |e| ShmError::Io { context: format!("cannot lock {shown}"), source: e };
         loop {
             // O_NOFOLLOW: a link planted at the path by someone else is refused.
             let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
@@ -68,18 +83,18 @@ impl MappedRecord {
                 return Err(os_error(format!("cannot open {shown}")));
             }
             let fd = Fd(fd);
-            range_lock_within(fd.0, INIT, libc::F_WRLCK, OPEN_WAIT)
-                .map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
+            range_lock_within(fd.0, INIT, libc::F_WRLCK, OPEN_WAIT, stop).map_err(lock_error)?;
             if !still_at(fd.0, &cpath) {
                 // Removed by `remove_unused` of another process between our
                 // open and our lock: open the path again.
                 continue;
             }
-            let this = Self::map(fd, &shown, len, hsize, &layout, key, seed)?;
-            range_lock_within(this._fd.0, IN_USE, libc::F_RDLCK, OPEN_WAIT)
-                .map_err(|e| ShmError::Io { context: format!("cannot lock {shown}"), source: e })?;
-            range_lock(this._fd.0, INIT, libc::F_UNLCK)
+            let this = Self::map(&fd, &shown, len, hsize, &layout, key, seed)?;
+            range_lock_within(fd.0, IN_USE, libc::F_RDLCK, OPEN_WAIT, stop).map_err(lock_error)?;
+            range_lock(fd.0, INIT, libc::F_UNLCK)
                 .map_err(|e| ShmError::Io { context: format!("cannot unlock {shown}"), source: e })?;
+            // `fd` closes here; the mapping keeps its IN_USE lock (see
+            // MappedRecord's doc).
             return Ok(this);
         }
     }
@@ -87,7 +102,7 @@ impl MappedRecord {
     /// Sizes (reserving the space), maps, and validates or builds the file
     /// open at `fd`, whose `INIT` lock the caller holds.
     fn map(
-        fd: Fd,
+        fd: &Fd,
         shown: &str,
         len: usize,
         hsize: usize,
@@ -136,7 +151,7 @@ impl MappedRecord {
         if base == libc::MAP_FAILED {
             return Err(os_error(format!("cannot map {shown}")));
         }
-        let this = Self { base: base as *mut u8, len, _fd: fd };
+        let this = Self { base: base as *mut u8, len };
         // SAFETY: the header lies within the mapping; the INIT lock keeps
         // every other process from building or validating it meanwhile.
         let h = unsafe { &*this.header() };
@@ -284,12 +299,13 @@ impl Store for MappedRecord {
             if left <= 0 {
                 return self.try_lock();
             }
-            // timedlock measures against CLOCK_REALTIME; each slice is short,
-            // so a clock step shortens or stretches only one slice.
-            let until = realtime().saturating_add(left.min(SLICE));
+            // On the monotonic clock (timedlock's CLOCK_REALTIME would
+            // stretch the wait when the wall clock is stepped back or
+            // faked); in slices, so that `stop` is noticed.
+            let until = monotonic().saturating_add(left.min(SLICE));
             let ts = libc::timespec { tv_sec: until / 1_000_000_000, tv_nsec: until % 1_000_000_000 };
             // SAFETY: the mutex was initialised when the file was built.
-            let rc = unsafe { libc::pthread_mutex_timedlock(self.mutex(), &ts) };
+            let rc = unsafe { pthread_mutex_clocklock(self.mutex(), libc::CLOCK_MONOTONIC, &ts) };
             if rc == libc::ETIMEDOUT {
                 continue;
             }
@@ -306,8 +322,8 @@ impl Store for MappedRecord {
 
 impl Drop for MappedRecord {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `open`; the descriptor
-        // (and its IN_USE lock) goes after.
+        // SAFETY: unmaps exactly the mapping made in `open` (which drops
+        // its IN_USE lock unless a forked child still maps it).
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }

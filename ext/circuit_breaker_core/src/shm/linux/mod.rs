@@ -1,16 +1,19 @@
 //! Linux: the system calls the mapped record and the cleanup share
-//! (open-file-description range locks, `fstat`, descriptors, clocks).
+//! (open-file-description range locks, `fstat`, descriptors, the kernel's
+//! monotonic clock).
 
 use std::ffi::CString;
 use std::io;
 use std::mem::MaybeUninit;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::ShmError;
 use crate::clock::Nanos;
 
 mod cleanup;
 mod file;
+mod private_dir;
 #[cfg(test)]
 mod tests;
 
@@ -43,11 +46,15 @@ pub(super) fn range_lock(fd: i32, byte: i64, kind: i32) -> io::Result<bool> {
     }
 }
 
-/// Locks one byte of the file, retrying for up to `wait` nanoseconds:
-/// `ETIMEDOUT` when another process keeps it that long.
-pub(super) fn range_lock_within(fd: i32, byte: i64, kind: i32, wait: Nanos) -> io::Result<()> {
+/// Locks one byte of the file, retrying for up to `wait` nanoseconds of
+/// the monotonic clock: `ETIMEDOUT` when another process keeps it that
+/// long, `Interrupted` as soon as `stop` is set (by another thread).
+pub(super) fn range_lock_within(fd: i32, byte: i64, kind: i32, wait: Nanos, stop: &AtomicBool) -> io::Result<()> {
     let deadline = monotonic().saturating_add(wait);
     while !range_lock(fd, byte, kind)? {
+        if stop.load(Ordering::Acquire) {
+            return Err(io::ErrorKind::Interrupted.into());
+        }
         if monotonic() >= deadline {
             return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
         }
@@ -92,17 +99,26 @@ impl Drop for Fd {
     }
 }
 
-pub(super) fn clock_ns(clock: libc::clockid_t) -> Nanos {
+/// The kernel's monotonic clock, which bounds every wait here and is the
+/// clock of `pthread_mutex_clocklock`'s deadlines. Read with the system
+/// call itself rather than libc's `clock_gettime`: a library preloaded to
+/// fake time (libfaketime fakes `CLOCK_MONOTONIC` too) would otherwise
+/// hand the kernel a deadline a day away, and a bounded wait would last as
+/// long as the holder (docs/shared.md, "Waiting for the lock"). Only waits
+/// read it, never the call path.
+pub(super) fn monotonic() -> Nanos {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes `ts`; both clocks always exist.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
+    // SAFETY: clock_gettime(2) writes `ts`; CLOCK_MONOTONIC always exists.
+    unsafe { libc::syscall(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC, &mut ts as *mut libc::timespec) };
     (ts.tv_sec as Nanos).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as Nanos)
 }
 
-pub(super) fn monotonic() -> Nanos {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-pub(super) fn realtime() -> Nanos {
-    clock_ns(libc::CLOCK_REALTIME)
+extern "C" {
+    /// glibc 2.30 and later: `pthread_mutex_timedlock` on a clock of the
+    /// caller's choosing (the libc crate does not declare it yet).
+    pub(super) fn pthread_mutex_clocklock(
+        mutex: *mut libc::pthread_mutex_t,
+        clock: libc::clockid_t,
+        abstime: *const libc::timespec,
+    ) -> libc::c_int;
 }

@@ -34,10 +34,17 @@ impl Drop for TestDir {
 }
 
 fn dir(name: &str) -> TestDir {
+    use std::os::unix::fs::DirBuilderExt;
     let d = std::env::temp_dir().join(format!("cb-shm-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
     TestDir(d)
+}
+
+static GO: AtomicBool = AtomicBool::new(false);
+
+fn open_at(k: &Key, path: &Path) -> Result<MappedRecord, ShmError> {
+    MappedRecord::open(k, path, 1, &GO)
 }
 
 fn key<'a>(name: &'a str, config_hash: u64, spec: &'a WindowSpec) -> Key<'a> {
@@ -46,7 +53,7 @@ fn key<'a>(name: &'a str, config_hash: u64, spec: &'a WindowSpec) -> Key<'a> {
 
 fn open_in(dir: &Path, k: &Key) -> Result<MappedRecord, ShmError> {
     let file = k.path().unwrap().file_name().unwrap().to_owned();
-    MappedRecord::open(k, &dir.join(file), 1)
+    open_at(k, &dir.join(file))
 }
 
 fn with<T>(m: &MappedRecord, f: impl FnOnce(&mut Record) -> T) -> T {
@@ -107,12 +114,12 @@ fn a_foreign_file_is_refused() {
     junk[12..16].copy_from_slice(&READY.to_le_bytes()); // looks ready, wrong magic
     std::fs::write(&p, &junk).unwrap();
     assert!(matches!(
-        MappedRecord::open(&k, &p, 1),
+        open_at(&k, &p),
         Err(ShmError::WrongSize { .. } | ShmError::Foreign(_) | ShmError::NotPrivate(_))
     ));
     std::fs::write(&p, b"short").unwrap();
     assert!(matches!(
-        MappedRecord::open(&k, &p, 1),
+        open_at(&k, &p),
         Err(ShmError::WrongSize { .. } | ShmError::Foreign(_) | ShmError::NotPrivate(_))
     ));
 }
@@ -126,7 +133,7 @@ fn a_zero_header_left_by_a_dead_creator_is_rebuilt() {
         std::fs::write(&p, vec![0u8; size]).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let m = MappedRecord::open(&k, &p, 1).unwrap();
+        let m = open_at(&k, &p).unwrap();
         assert_eq!(with(&m, |r| r.breaker.state()), State::Closed);
     }
 }
@@ -137,13 +144,13 @@ fn a_link_or_a_file_open_to_others_is_refused() {
     let k = key("p", 7, &SPEC);
     let p = d.join(k.path().unwrap().file_name().unwrap());
     std::os::unix::fs::symlink("/tmp/cb-link-target-never-created", &p).unwrap();
-    assert!(MappedRecord::open(&k, &p, 1).is_err());
+    assert!(open_at(&k, &p).is_err());
     let _ = std::fs::remove_file(&p);
     std::fs::write(&p, b"").unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
     assert!(matches!(
-        MappedRecord::open(&k, &p, 1),
+        open_at(&k, &p),
         Err(ShmError::WrongSize { .. } | ShmError::Foreign(_) | ShmError::NotPrivate(_))
     ));
 }
@@ -151,7 +158,7 @@ fn a_link_or_a_file_open_to_others_is_refused() {
 #[test]
 fn an_unwritable_place_is_an_io_error() {
     let k = key("p", 7, &SPEC);
-    assert!(matches!(MappedRecord::open(&k, Path::new("/proc/cb-cannot-create-here"), 1), Err(ShmError::Io { .. })));
+    assert!(matches!(open_at(&k, Path::new("/proc/cb-cannot-create-here/file")), Err(ShmError::Io { .. })));
 }
 
 #[test]
@@ -178,14 +185,15 @@ fn files_nobody_maps_are_removed_and_mapped_ones_kept() {
     std::fs::write(&foreign, b"not ours, not empty").unwrap();
     let other_prefix = d.join("unrelated");
     std::fs::write(&other_prefix, b"").unwrap();
-    let _third = open_in(&d, &key("third", 7, &SPEC)).unwrap();
+    let third = open_in(&d, &key("third", 7, &SPEC)).unwrap();
+    remove_unused(&d, &d.join("none"));
     let names: Vec<String> =
         std::fs::read_dir(&*d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.iter().any(|n| n.contains("-kept-")), "{names:?}");
     assert!(names.iter().any(|n| n.contains("-third-")), "{names:?}");
     assert!(!names.iter().any(|n| n.contains("-gone-")), "{names:?}");
     assert!(foreign.exists() && other_prefix.exists());
-    drop(kept);
+    drop((kept, third));
 }
 
 #[test]
@@ -194,7 +202,7 @@ fn a_full_file_system_is_an_error_not_a_bus_error() {
     // covers the same through Ruby.
     let d = dir("tiny");
     let c = c_path(&d).unwrap();
-    let (fs, opts) = (CString::new("tmpfs").unwrap(), CString::new("size=64k").unwrap());
+    let (fs, opts) = (CString::new("tmpfs").unwrap(), CString::new("size=64k,mode=0700").unwrap());
     // SAFETY: plain mount(2) with C strings.
     if unsafe { libc::mount(fs.as_ptr(), c.as_ptr(), fs.as_ptr(), 0, opts.as_ptr() as *const libc::c_void) } != 0 {
         eprintln!("skipped: cannot mount a tmpfs here ({})", io::Error::last_os_error());
@@ -240,10 +248,13 @@ fn a_file_lock_kept_by_a_stuck_process_is_waited_for_only_up_to_a_bound() {
     // Another open file description (as another process has) takes INIT.
     assert!(range_lock(other.as_raw_fd(), INIT, libc::F_WRLCK).unwrap());
     let own = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
-    let err = range_lock_within(own.as_raw_fd(), INIT, libc::F_WRLCK, 20_000_000).unwrap_err();
+    let err = range_lock_within(own.as_raw_fd(), INIT, libc::F_WRLCK, 20_000_000, &GO).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ETIMEDOUT));
+    let stop = AtomicBool::new(true);
+    let err = range_lock_within(own.as_raw_fd(), INIT, libc::F_WRLCK, Nanos::MAX, &stop).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Interrupted);
     drop(other);
-    range_lock_within(own.as_raw_fd(), INIT, libc::F_WRLCK, 20_000_000).unwrap();
+    range_lock_within(own.as_raw_fd(), INIT, libc::F_WRLCK, 20_000_000, &GO).unwrap();
     drop(m);
 }
 
@@ -298,4 +309,68 @@ fn a_holder_that_dies_does_not_wedge_the_others() {
     unsafe { libc::waitpid(pid, &mut status, 0) };
     with(&m, |r| r.window.record(1.0e6, false, 0));
     assert_eq!(with(&m, |r| r.window.counts(0).total), 1);
+}
+
+#[test]
+fn a_mapped_record_keeps_no_descriptor_yet_stays_in_use_until_unmapped() {
+    let d = dir("no-fd");
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let k = key("p", 7, &SPEC);
+    let before = fds();
+    let m = open_in(&d, &k).unwrap();
+    // Other tests open files meanwhile; this one's descriptor would stay.
+    let path = d.join(k.path().unwrap().file_name().unwrap());
+    let own_open = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .any(|target| target == path);
+    assert!(!own_open, "a descriptor of {} stayed open ({before} before)", path.display());
+    remove_unused(&d, &d.join("none"));
+    assert!(path.exists(), "removed while mapped");
+    drop(m);
+    remove_unused(&d, &d.join("none"));
+    assert!(!path.exists(), "kept once unmapped");
+}
+
+#[test]
+fn the_directory_must_be_private_to_the_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("private");
+    let k = key("p", 7, &SPEC);
+    let file = k.path().unwrap().file_name().unwrap().to_owned();
+    let inner = d.join("made");
+    open_at(&k, &inner.join(&file)).unwrap();
+    assert_eq!(std::fs::metadata(&inner).unwrap().permissions().mode() & 0o777, 0o700, "created 0700");
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let Err(e @ ShmError::DirOpen { .. }) = open_at(&k, &inner.join(&file)) else {
+        panic!("a directory open to others was used")
+    };
+    assert!(e.to_string().contains("open to other users (mode 0755)"), "{e}");
+    let link = d.join("link");
+    std::os::unix::fs::symlink(&*d, &link).unwrap();
+    let Err(e @ ShmError::DirNotDir(_)) = open_at(&k, &link.join(&file)) else { panic!("a link was followed") };
+    assert!(e.to_string().contains("not a link"), "{e}");
+}
+
+#[test]
+fn cleanup_runs_at_a_process_first_open_then_at_most_once_a_minute() {
+    let t = cleanup::Throttle::new();
+    let sec = 1_000_000_000;
+    assert!(t.due(10, 5 * sec));
+    assert!(!t.due(10, 6 * sec));
+    assert!(!t.due(10, 64 * sec));
+    assert!(t.due(11, 64 * sec), "a forked child scans at its first open");
+    assert!(!t.due(11, 65 * sec));
+    assert!(t.due(11, 124 * sec));
+}
+
+#[test]
+fn waits_are_on_the_kernel_monotonic_clock() {
+    let a = monotonic();
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let b = monotonic();
+    let libc_now = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+    assert!(a <= libc_now && libc_now <= b, "{a} {libc_now} {b}");
 }
