@@ -20,7 +20,7 @@
 
 use crate::clock::Nanos;
 use crate::config::Config;
-use crate::mirror::Proposal;
+use crate::mirror::{Command, Maybe, Proposal};
 use crate::ramp::{verdict, Verdict};
 use crate::state::{trip_reason, Breaker, Reason, State, Transitions};
 use crate::window::{Buckets, Counts, Slots, Window};
@@ -153,7 +153,7 @@ impl Reply {
 /// hosts' windows can hold together.
 pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal> {
     let at = |state, reason, open_for, open_base, stage| {
-        Some(Proposal { expected: Some(r.version), state, reason, open_for, open_base, stage })
+        Some(Proposal { expected: Some(r.version).into(), state, reason, open_for, open_base, stage })
     };
     let reopen = |reason| {
         let base = cfg.backed_off(r.open_base);
@@ -248,11 +248,11 @@ impl Breaker {
         };
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let ms = |n: Nanos| n / MS;
-        let (kind, p) = match (f.command, f.proposal) {
-            (Some((state, open_for)), _) => (
+        let (kind, p) = match (f.command.get(), f.proposal.get()) {
+            (Some(Command { to: state, open_for }), _) => (
                 2,
                 Some(Proposal {
-                    expected: None,
+                    expected: Maybe::none(),
                     state,
                     reason: Reason::Manual,
                     open_for,
@@ -264,7 +264,7 @@ impl Breaker {
             (None, None) => (0, None),
         };
         let p = p.unwrap_or(Proposal {
-            expected: None,
+            expected: Maybe::none(),
             state: State::Closed,
             reason: Reason::Manual,
             open_for: 0,
@@ -280,7 +280,7 @@ impl Breaker {
             i64::from(f.passed),
             i64::from(f.failed),
             kind,
-            p.expected.map_or(-1, int),
+            p.expected.get().map_or(-1, int),
             p.state as i64,
             reason_code(p.reason),
             ms(p.open_for),
@@ -304,7 +304,7 @@ impl Breaker {
         let Some(r) = reply.and_then(|v| Reply::parse(v).ok()) else {
             self.fleet.connected = false;
             self.fleet.following = false;
-            self.fleet.proposal = None;
+            self.fleet.proposal = Maybe::none();
             return out;
         };
         if r.pushed {
@@ -330,9 +330,9 @@ impl Breaker {
         // skipped while the command was on its way): followed here alike.
         let own = self.fleet.command.is_some() && self.fleet.command_sent == self.fleet.command_seq;
         if own {
-            self.fleet.command = None;
+            self.fleet.command = Maybe::none();
         }
-        self.fleet.proposal = None;
+        self.fleet.proposal = Maybe::none();
         if own || rejoined || (r.epoch, r.version) != (self.fleet.epoch, self.fleet.version) {
             self.fleet.epoch = r.epoch;
             self.fleet.version = r.version;
@@ -346,7 +346,7 @@ impl Breaker {
             self.fleet.granted = r.granted_here;
             self.fleet.starved = 0;
         }
-        self.fleet.proposal = decide(cfg, &r, w.capacity());
+        self.fleet.proposal = decide(cfg, &r, w.capacity()).into();
         out
     }
 

@@ -94,7 +94,7 @@ fn the_fleet_opens_on_sums_no_single_host_would_open_on() {
     let r = Reply::parse(&with_counts(reply(3, State::Closed, 3, 0), 32, 16, 4)).unwrap();
     let p = decide(&cfg, &r, Some(100)).expect("the fleet opens");
     assert_eq!(
-        (p.expected, p.state, p.reason, p.open_for),
+        (p.expected.get(), p.state, p.reason, p.open_for),
         (Some(3), State::Open, Reason::ErrorRate, cfg.open_duration)
     );
     // The same counts under min_calls or threshold: nothing.

@@ -8,12 +8,56 @@ use crate::clock::Nanos;
 use crate::ramp::Verdict;
 use crate::states::{Reason, State};
 
+/// A value or nothing, as plain data: Rust's `Option` has a layout of
+/// Rust's own choosing, and what a shared file holds must have a pinned one.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Maybe<T> {
+    present: bool,
+    value: T,
+}
+
+impl<T: Copy + Default> Maybe<T> {
+    /// Nothing.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The value, if there is one.
+    pub fn get(&self) -> Option<T> {
+        self.present.then_some(self.value)
+    }
+
+    pub fn is_some(&self) -> bool {
+        self.present
+    }
+}
+
+impl<T: Default> From<Option<T>> for Maybe<T> {
+    fn from(v: Option<T>) -> Self {
+        match v {
+            Some(value) => Self { present: true, value },
+            None => Self { present: false, value: T::default() },
+        }
+    }
+}
+
+/// A manual action waiting for the next send: the state it set, and how
+/// long an opening lasts (0 otherwise).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Command {
+    pub to: State,
+    pub open_for: Nanos,
+}
+
 /// A change of the fleet state a host sends: a proposal (compare-and-set
 /// on `expected`) or a command (unconditional: manual actions).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Proposal {
-    /// None: a command.
-    pub expected: Option<u64>,
+    /// Nothing: a command.
+    pub expected: Maybe<u64>,
     pub state: State,
     pub reason: Reason,
     /// How long an opening lasts (0 otherwise).
@@ -45,14 +89,14 @@ pub struct HostSide {
     pub(crate) passed: u32,
     pub(crate) failed: u32,
     /// A manual action waiting for the next send.
-    pub(crate) command: Option<(State, Nanos)>,
+    pub(crate) command: Maybe<Command>,
     /// Counts manual actions; `command_sent` is the count a report
     /// carried, so a reply clears only a command it answers (an action
     /// taken while a send was in flight goes out with the next one).
     pub(crate) command_seq: u32,
     pub(crate) command_sent: u32,
     /// A proposal decided from the last reply, for the next send.
-    pub(crate) proposal: Option<Proposal>,
+    pub(crate) proposal: Maybe<Proposal>,
     /// The process that sends for this record (one per host with
     /// `shared:`), and when it last claimed it; 0: nobody yet.
     pub(crate) syncer_pid: u32,
@@ -82,7 +126,13 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
             syncer_pid,
             syncer_beat
         }
-    )
+    );
+    let h = crate::hash_layout!(h, Maybe<Command> { present, value });
+    let h = crate::hash_layout!(h, Maybe<Proposal> { present, value });
+    let h = crate::hash_layout!(h, Maybe<u64> { present, value });
+    let h = crate::hash_layout!(h, Command { to, open_for });
+    let h = crate::hash_layout!(h, enum Reason);
+    crate::hash_layout!(h, Proposal { expected, state, reason, open_for, open_base, stage })
 }
 
 impl HostSide {
@@ -98,7 +148,7 @@ impl HostSide {
     /// A manual action on this host, to become the fleet's.
     pub(crate) fn command(&mut self, to: State, open_for: Nanos) {
         if self.attached {
-            self.command = Some((to, open_for));
+            self.command = Some(Command { to, open_for }).into();
             self.command_seq = self.command_seq.wrapping_add(1);
         }
     }

@@ -5,9 +5,10 @@
 
 /// The breaker's states.
 #[repr(u8)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum State {
     /// Admits every call and watches the rates.
+    #[default]
     Closed,
     /// Rejects every call until the open duration has passed.
     Open,
@@ -30,7 +31,8 @@ impl State {
 }
 
 /// Why a transition happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Reason {
     /// The error rate reached its threshold.
     ErrorRate,
@@ -47,5 +49,6 @@ pub enum Reason {
     /// A probe not settled within `probe_timeout` failed the stage.
     ProbeTimeout,
     /// `trip!`, `reset!`, `force_open!` or `disable!`.
+    #[default]
     Manual,
 }
