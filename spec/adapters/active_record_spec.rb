@@ -191,5 +191,28 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
     end
 
     include_examples "a protected database"
+
+    it "records too many connections as a failure" do
+      admin = Mysql2::Client.new(host: "127.0.0.1", port: server.port, username: "root")
+      admin.query("SET GLOBAL max_connections = 10") # MariaDB's least
+      held = []
+      refused = nil
+      30.times do # 10 are taken, and one more for a privileged user
+        held << Mysql2::Client.new(host: "127.0.0.1", port: server.port, username: "root")
+      rescue Mysql2::Error => e
+        refused = e
+        break
+      end
+      expect(refused&.error_number).to eq(1040)
+
+      model.establish_connection(server.config(circuit_breaker: options))
+      expect { model.connection.select_value("SELECT 1") }
+        .to raise_error(ActiveRecord::ConnectionNotEstablished, /Too many connections/)
+      expect(counts).to eq(total: 1, failures: 1)
+    ensure
+      held&.each(&:close)
+      admin&.query("SET GLOBAL max_connections = 20")
+      admin&.close
+    end
   end
 end
