@@ -122,6 +122,20 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
     end
   end
 
+  shared_examples "a rejection ActiveRecord does not retry" do
+    it "rejects a reconnect once: ActiveRecord's connection retries (7.1 on) leave it alone" do
+      if ActiveRecord.gem_version < Gem::Version.new("7.1")
+        skip "ActiveRecord #{ActiveRecord.version} retries no connection error (7.1 added retries); the query path above covers it"
+      end
+      c = connect
+      breaker.trip!
+      rejected = breaker.metrics[:rejected]
+
+      expect { c.reconnect! }.to raise_error(described_class::OpenError)
+      expect(breaker.metrics[:rejected]).to eq(rejected + 1)
+    end
+  end
+
   context "with PostgreSQL (pg)" do
     before(:all) do
       skip "PostgreSQL is not installed (bin/test installs it)" unless DbServers::Postgres.available?
@@ -146,6 +160,7 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
     end
 
     include_examples "a protected database"
+    include_examples "a rejection ActiveRecord does not retry"
 
     it "records too many connections as a failure" do
       model.establish_connection(server.config(username: "crowded", circuit_breaker: options))
@@ -191,6 +206,7 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
     end
 
     include_examples "a protected database"
+    include_examples "a rejection ActiveRecord does not retry"
 
     it "records too many connections as a failure" do
       admin = Mysql2::Client.new(host: "127.0.0.1", port: server.port, username: "root")
