@@ -227,8 +227,7 @@ class CircuitBreaker
         end
       end
 
-      # Prepends the patch to the adapters that are loaded and to those
-      # ActiveRecord loads later (database.yml names them lazily).
+      # Prepends the patch to an adapter class (once).
       # @api private
       def self.install(adapter_class)
         adapter_class.prepend(Patch) unless adapter_class < Patch
@@ -239,11 +238,12 @@ end
 
 ActiveSupport.on_load(:active_record_postgresqladapter) { CircuitBreaker::Adapters::ActiveRecord.install(self) }
 ActiveSupport.on_load(:active_record_mysql2adapter) { CircuitBreaker::Adapters::ActiveRecord.install(self) }
-{ "PostgreSQLAdapter" => "active_record/connection_adapters/postgresql_adapter",
-  "Mysql2Adapter" => "active_record/connection_adapters/mysql2_adapter" }.each do |name, path|
-  # Loaded already, or as soon as it is required (the on_load hooks above
-  # exist from ActiveRecord 7.1 only).
-  if ActiveRecord::ConnectionAdapters.const_defined?(name, false)
+# Adapters loaded before this file. Those loaded later: by the on_load hooks
+# above (ActiveRecord 7.1 on runs them) or by Connecting (before 7.1).
+# (An autoload not yet run is left to them: running it would load a driver
+# the app may not have.)
+%w[PostgreSQLAdapter Mysql2Adapter].each do |name|
+  if ActiveRecord::ConnectionAdapters.const_defined?(name, false) && !ActiveRecord::ConnectionAdapters.autoload?(name)
     CircuitBreaker::Adapters::ActiveRecord.install(ActiveRecord::ConnectionAdapters.const_get(name, false))
   end
 end

@@ -86,11 +86,11 @@ class CircuitBreaker
         # @return [CircuitBreaker]
         attr_reader :breaker
 
-        def request_response(request: nil, call: nil, method: nil, metadata: nil, &block)
+        def request_response(**_context, &block)
           Adapters.run(@breaker, OpenError, @failures, &block)
         end
 
-        def client_streamer(requests: nil, call: nil, method: nil, metadata: nil, &block)
+        def client_streamer(**_context, &block)
           Adapters.run(@breaker, OpenError, @failures, &block)
         end
       end

@@ -5,7 +5,7 @@ begin
   require "pg"
   # mysql2 is required by its context, just before it is used (see there).
   gem "mysql2" if defined?(Gem)
-rescue LoadError, Gem::LoadError => e
+rescue LoadError => e # Gem::LoadError too
   # bin/test installs ActiveRecord, pg and mysql2; a bare `rspec` says what is missing.
   RSpec.describe "CircuitBreaker::Adapters::ActiveRecord" do
     it("runs against PostgreSQL and MariaDB") { skip "#{e.message} (bin/test installs it)" }
