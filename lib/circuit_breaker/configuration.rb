@@ -19,6 +19,7 @@ class CircuitBreaker
     def initialize
       @logger = nil
       @defaults = {}.freeze
+      @scope = nil
     end
 
     # @param logger [#warn, #info, nil] e.g. Rails.logger; nil: none
@@ -41,6 +42,21 @@ class CircuitBreaker
       end
 
       @defaults = options.transform_keys(&:to_sym).freeze
+    end
+
+    # @return [Symbol, nil] where {CircuitBreaker.for} keeps a breaker
+    #   built without `shared:`: `:host` or `:process`; nil (the default):
+    #   `:host`, or `:process` where RAILS_ENV, RACK_ENV or APP_ENV is
+    #   `test` ({CircuitBreaker.default_scope}, docs/shared.md)
+    attr_reader :scope
+
+    # @param value [:host, :process, nil] nil: chosen by the environment
+    def scope=(value)
+      unless [nil, :host, :process].include?(value)
+        raise ArgumentError, "scope must be :host, :process or nil (chosen by the environment) (got #{value.inspect})"
+      end
+
+      @scope = value
     end
 
     # The namespace of `shared:` breakers built without `namespace:`

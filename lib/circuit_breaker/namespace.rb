@@ -56,16 +56,26 @@ class CircuitBreaker
       raise ArgumentError, "#{option} must be convertible to UTF-8 (#{e.message})"
     end
 
-    # `<directory>.<hash of its path>.<environment><TEST_ENV_NUMBER>`:
-    # Rails.root when Rails is loaded, else the working directory;
-    # RAILS_ENV, RACK_ENV or APP_ENV, else "development"; TEST_ENV_NUMBER
-    # (parallel_tests' workers: "", "2", "3"…) keeps parallel test
-    # processes apart.
+    # `<directory>[.<Rails app>].<hash of its path>.<environment><TEST_ENV_NUMBER>`:
+    # Rails.root when Rails is loaded, else the working directory; the
+    # Rails application's module (`Shop` for Shop::Application), so two
+    # apps deployed at the same path in two containers that share /dev/shm
+    # stay apart; RAILS_ENV, RACK_ENV or APP_ENV, else "development";
+    # TEST_ENV_NUMBER (parallel_tests' workers: "", "2", "3"…) keeps
+    # parallel test processes apart.
     def derived_namespace
       root = (defined?(::Rails) && ::Rails.respond_to?(:root) && ::Rails.root&.to_s) || Dir.pwd
       env = ENV["RAILS_ENV"] || ENV["RACK_ENV"] || ENV["APP_ENV"] || "development"
-      format("%<dir>s.%<hash>08x.%<env>s%<worker>s", dir: File.basename(root)[0, 40], hash: Zlib.crc32(root), env: env[0, 20],
+      dir = [File.basename(root)[0, 40], rails_app_name].compact.join(".")
+      format("%<dir>s.%<hash>08x.%<env>s%<worker>s", dir: dir, hash: Zlib.crc32(root), env: env[0, 20],
                                                      worker: ENV["TEST_ENV_NUMBER"].to_s[0, 10])
+    end
+
+    # The Rails application's top module name, nil without one.
+    def rails_app_name
+      return nil unless defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application
+
+      ::Rails.application.class.name.to_s.split("::").first&.slice(0, 40)
     end
   end
 end

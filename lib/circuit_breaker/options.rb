@@ -21,7 +21,8 @@ class CircuitBreaker
   # @param record_errors [Array<Module, #call>] exceptions recorded as failures
   # @param ignore_errors [Array<Module, #call>] exceptions passed through unrecorded (checked first)
   # @param failure_if [#call, nil] given the block's value, true when it is a failure
-  # @param shared [String, Symbol, nil] a name: the breaker lives in a file every process on the host shares
+  # @param shared [String, Symbol, false, nil] a name: the breaker lives in a file every process on the host
+  #   shares; false or nil: in this process
   # @param half_open_timeout [Numeric, nil] seconds a round of a half-open stage may take (nil: no limit)
   # @param probe_timeout [Numeric, false, nil] seconds a probe may stay unsettled before it counts as
   #   failed (nil: open_duration; false: never)
@@ -65,6 +66,7 @@ class CircuitBreaker
     # Fleet keys are namespaced only when asked: the hosts of one fleet may
     # run from different directories (docs/fleet.md, "Keys").
     fleet_namespace = namespace
+    shared = nil if shared == false # per process, said outright (docs/shared.md, "Host scope")
     unless shared.nil?
       shared = CircuitBreaker.__send__(:__shared_key, :shared, shared)
       namespace ||= CircuitBreaker.default_namespace

@@ -152,7 +152,7 @@ class CircuitBreaker
       breaker, registered = Registry.locked do
         Registry::ENTRIES[key] ||= begin
           created = true
-          [CircuitBreaker.new(**options, name: key), options].freeze
+          [CircuitBreaker.__send__(:__registered_breaker, key, options), options].freeze
         end
       end
       return breaker if created || options.empty?

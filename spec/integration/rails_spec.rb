@@ -25,6 +25,8 @@ RSpec.describe "a Rails app", :integration do
     Dir.mktmpdir do |dir|
       env = env.transform_keys(&:to_s).merge("LOG_PATH" => File.join(dir, "rails.log"),
                                              "ORDERS_URL" => @upstream.url,
+                                             # Each boot's host-wide breakers its own (docs/shared.md)
+                                             "CIRCUIT_BREAKER_SHM_DIR" => dir,
                                              "RUBYOPT" => "-I#{File.join(root, 'lib')}")
       out, err, status = Open3.capture3(env, RbConfig.ruby, File.join(app, "script/check.rb"), chdir: app)
       raise "the app failed (#{status}):\n#{err}\n#{out}" unless status.success?

@@ -74,7 +74,7 @@ pub(super) fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
     t.map_or_else(|| ruby.qnil().as_value(), |n| secs_from_nanos(n).into_value_with(ruby))
 }
 
-static KEYS: [LazyId; 19] = [
+static KEYS: [LazyId; 20] = [
     LazyId::new("state"),
     LazyId::new("total"),
     LazyId::new("failures"),
@@ -94,6 +94,7 @@ static KEYS: [LazyId; 19] = [
     LazyId::new("tripped_slow_call_rate"),
     LazyId::new("counters"),
     LazyId::new("dropped_records"),
+    LazyId::new("scope"),
 ];
 
 /// The frozen Hash of docs/operating.md. `host_wide`:
@@ -105,7 +106,7 @@ pub(super) fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u
     let c = &m.counters;
     // Each value goes into the hash as soon as it exists: a Float (or a
     // Bignum) is an object the GC could collect if it waited on the stack.
-    let values: [&dyn Fn() -> Value; 19] = [
+    let values: [&dyn Fn() -> Value; 20] = [
         &|| state_sym(ruby, m.state).as_value(),
         &|| m.counts.total.into_value_with(ruby),
         &|| m.counts.failures.into_value_with(ruby),
@@ -125,6 +126,9 @@ pub(super) fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u
         &|| m.tripped.map(|t| t.slow_call_rate()).into_value_with(ruby),
         &|| sym(ruby, if host_wide { &ID_HOST } else { &ID_PROCESS }).as_value(),
         &|| dropped.into_value_with(ruby),
+        // Where the breaker's state lives, for operator surfaces; the same
+        // as `counters` (docs/shared.md, "Host scope").
+        &|| sym(ruby, if host_wide { &ID_HOST } else { &ID_PROCESS }).as_value(),
     ];
     for (key, value) in KEYS.iter().zip(values) {
         let key: OpaqueId = **key;

@@ -366,6 +366,9 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__lock_wait=", method!(Breaker::set_lock_wait, 1))?;
     class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
     class.define_singleton_method("shared_supported?", function!(|| circuit_breaker_core::shm::SUPPORTED, 0))?;
+    class
+        .singleton_class()?
+        .define_private_method("__sweep_shared_files", function!(circuit_breaker_core::shm::sweep, 0))?;
     // Checked builds only (cruby::Live): spec/circuit_breaker/exits_spec.rb.
     #[cfg(debug_assertions)]
     class.singleton_class()?.define_private_method("__live_native_values", function!(cruby::Live::count, 0))?;

@@ -71,6 +71,13 @@ pub(super) fn remove_unused_now_and_then(dir: &Path, keep: &Path) {
     }
 }
 
+/// Removes every unused file of this user in [`crate::shm::shm_dir`] now,
+/// as a process's first open does (bin/test checks with it that the test
+/// suite leaves no file behind).
+pub fn sweep() {
+    remove_unused(&crate::shm::shm_dir(), Path::new(""));
+}
+
 fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
     let cpath = c_path(path)?;
     // O_NONBLOCK: never wait on a FIFO planted under the prefix.

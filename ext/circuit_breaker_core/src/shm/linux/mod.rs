@@ -17,7 +17,7 @@ mod private_dir;
 #[cfg(test)]
 mod tests;
 
-pub use cleanup::remove_unused;
+pub use cleanup::{remove_unused, sweep};
 pub use file::{Guard, MappedRecord};
 
 pub(super) fn os_error(context: impl Into<String>) -> ShmError {
