@@ -4,6 +4,7 @@ require "cgi"
 require "json"
 require "openssl"
 require "securerandom"
+require "socket"
 require "rack/request"
 require "rack/utils"
 require "circuit_breaker"
@@ -76,8 +77,11 @@ class CircuitBreaker
     #   serves the dashboard must have the same one (nil: Rails'
     #   `secret_key_base` under Rails, else ENV["SECRET_KEY_BASE"], else a
     #   random one of this process: docs/operating.md)
+    # @param labels [Hash] constant labels added to every sample of
+    #   `/metrics` (as {Prometheus.render}'s `labels:`), e.g. `{ worker: 3 }`
     # @raise [TypeError] a hook or source that cannot be called, or bad numbers
-    def initialize(authorize: nil, breakers: -> { CircuitBreaker.registry }, history_seconds: 600, refresh: 5, secret: nil)
+    def initialize(authorize: nil, breakers: -> { CircuitBreaker.registry }, history_seconds: 600, refresh: 5, secret: nil,
+                   labels: {})
       raise TypeError, "authorize: must respond to call (got #{authorize.inspect})" unless authorize.nil? || authorize.respond_to?(:call)
       unless breakers.is_a?(Hash) || breakers.respond_to?(:call)
         raise TypeError, "breakers: must be a Hash of name => CircuitBreaker or respond to call (got #{breakers.class})"
@@ -93,6 +97,8 @@ class CircuitBreaker
       raise TypeError, "secret: must be nil or a String (got #{secret.class})" unless secret.nil? || secret.is_a?(String)
       raise ArgumentError, "secret: must be at least 16 bytes (got #{secret.bytesize})" if secret && secret.bytesize < 16
 
+      Prometheus.render({}, labels: labels) # checks them, naming the option
+      @labels = labels.dup.freeze
       @secret = secret || default_secret
       @authorize = authorize
       @breakers = breakers
@@ -138,12 +144,25 @@ class CircuitBreaker
     end
 
     def metrics
-      [200, SECURITY_HEADERS.merge("content-type" => Prometheus::CONTENT_TYPE), [Prometheus.render(breakers)]]
+      [200, SECURITY_HEADERS.merge("content-type" => Prometheus::CONTENT_TYPE), [Prometheus.render(breakers, labels: @labels)]]
     end
 
-    # The JSON document: every breaker's metrics and recent states.
+    # The JSON document: the process that answered (a per-process
+    # breaker's state is that process's only), and every breaker's scope,
+    # metrics and recent states.
     def status_document
-      { breakers: snapshots.map { |name, m| { name: Text.utf8(name), metrics: m, history: history_of(name) } } }
+      {
+        host: Socket.gethostname, pid: Process.pid,
+        breakers: snapshots.map do |name, m|
+          { name: Text.utf8(name), scope: m[:scope], seen_by: seen_by(m), metrics: m, history: history_of(name) }
+        end
+      }
+    end
+
+    # Whose state a breaker's metrics are: the host's (every process of it
+    # shares a `shared:` breaker) or only the process that answered.
+    def seen_by(metrics)
+      metrics[:scope] == :host ? "every process of #{Socket.gethostname}" : "this worker only (pid #{Process.pid})"
     end
 
     # name => metrics, read once per request; each read is also a history sample.
@@ -285,12 +304,14 @@ class CircuitBreaker
         </style></head>
         <body>
         <h1>Circuit breakers</h1>
+        <p class="served">served by pid #{Process.pid} on #{CGI.escapeHTML(Socket.gethostname)}: a breaker of scope
+        "this worker only" shows and changes this process's state only; a host-wide one, every process's of this host</p>
         <p class="legend">#{STATES.map { |s| %(<span><span class="state" style="background:#{COLORS[s]}">#{s}</span></span>) }.join}
         recent states: up to the last #{format_seconds(@history_seconds)}, as this process saw them</p>
         <table>
         <thead><tr><th>breaker</th><th>state</th><th>retry after</th><th>error rate</th><th>slow-call rate</th>
         <th>opened by</th><th>calls</th><th>successes</th><th>failures</th><th>slow</th><th>rejected</th><th>opened</th>
-        <th>counters</th><th>recent states</th><th>actions</th></tr></thead>
+        <th>scope</th><th>recent states</th><th>actions</th></tr></thead>
         <tbody>
         #{rows.empty? ? '<tr><td colspan="15">no breakers registered</td></tr>' : rows}
         </tbody></table>
@@ -310,7 +331,8 @@ class CircuitBreaker
         %(<span class="state" style="background:#{COLORS.fetch(m[:state], '#000')}">#{h.(m[:state])}</span>),
         { open: "#{format('%.1f', m[:retry_after] || 0)} s", forced_open: "until reset" }.fetch(m[:state], "—"),
         "#{percent(m[:error_rate])} of #{m[:total]}", percent(m[:slow_call_rate]), tripped,
-        m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened], h.(m[:counters]),
+        m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened],
+        %(<span class="scope" data-scope="#{h.(m[:scope])}">#{h.(m[:scope] == :host ? 'host-wide' : "this worker only (pid #{Process.pid})")}</span>),
         chart(name), buttons
       ]
       %(<tr id="breaker-#{h.(name)}" data-state="#{h.(m[:state])}"><td>#{h.(name)}</td>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>\n)

@@ -152,6 +152,32 @@ RSpec.describe CircuitBreaker::Dashboard do
       expect(last_response.body).to include('circuit_breaker_state{breaker="payments",state="closed"} 1')
     end
 
+    it "applies the dashboard's labels: to /metrics, checked when it is built" do
+      labelled = Rack::MockRequest.new(described_class.new(breakers: { "payments" => payments }, labels: { worker: 3 }))
+
+      expect(labelled.get("/metrics").body).to include('circuit_breaker_retry_after_seconds{breaker="payments",worker="3"} 0.0')
+      expect { described_class.new(labels: [1]) }.to raise_error(TypeError, /labels must be a Hash/)
+    end
+
+    it "says who answered, and whose state each breaker's is: this worker's only, or the host's" do
+      shared = CircuitBreaker.new(name: "host-wide", shared: "spec-dashboard-scope-#{Process.pid}") if CircuitBreaker.shared_supported?
+      both = Rack::MockRequest.new(described_class.new(breakers: { "payments" => payments, "host-wide" => shared }.compact))
+
+      doc = JSON.parse(both.get("/status.json").body)
+      entry = doc["breakers"].find { |b| b["name"] == "payments" }
+      expect(doc).to include("host" => Socket.gethostname, "pid" => Process.pid)
+      expect(entry).to include("scope" => "process", "seen_by" => "this worker only (pid #{Process.pid})")
+      expect(entry["metrics"]).to include("scope" => "process")
+      page = both.get("/").body
+      expect(page).to include("served by pid #{Process.pid} on #{Socket.gethostname}")
+      expect(page[%r{<tr id="breaker-payments".*?</tr>}m]).to include("this worker only (pid #{Process.pid})")
+      next unless shared
+
+      expect(doc["breakers"].find { |b| b["name"] == "host-wide" })
+        .to include("scope" => "host", "seen_by" => "every process of #{Socket.gethostname}")
+      expect(page[%r{<tr id="breaker-host-wide".*?</tr>}m]).to include(">host-wide<")
+    end
+
     it "answers 405 to other methods and 404 elsewhere" do
       post "/status.json"
       expect([last_response.status, last_response.headers["allow"]]).to eq([405, "GET, HEAD"])
