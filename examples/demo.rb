@@ -83,15 +83,16 @@ if options[:serve]
   begin
     require "circuit_breaker/dashboard"
     require "rack"
-    require "rack/handler/webrick"
+    require_relative "support/webrick_rack"
+    handler = CircuitBreaker::Examples.webrick_handler
   rescue LoadError => e
-    abort "bin/demo: --serve needs Rack 2's WEBrick handler (#{e.message})"
+    abort "bin/demo: --serve needs Rack's WEBrick handler: Rack 2's, or rackup's with Rack 3 (#{e.message})"
   end
   dashboard = CircuitBreaker::Dashboard.new(breakers: { breaker.name => breaker }, refresh: 1,
                                             authorize: ->(request) { %w[127.0.0.1 ::1].include?(request.ip) })
   server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: options[:serve],
                                    Logger: WEBrick::Log.new(File::NULL), AccessLog: [])
-  server.mount("/", Rack::Handler::WEBrick, dashboard)
+  server.mount("/", handler, dashboard)
   server_thread = Thread.new { server.start }
 end
 

@@ -2,12 +2,22 @@
 
 require "faraday"
 require "circuit_breaker"
+# Faraday 2 moved its retry middleware to the faraday-retry gem. Loaded
+# where installed, so that docs/faraday.md's stack (`f.request :retry`
+# before the breaker) works on Faraday 2 as on Faraday 1, where it is built in.
+if ::Faraday::VERSION.to_i >= 2
+  begin
+    require "faraday/retry"
+  rescue LoadError
+    nil # not installed: `f.request :retry` fails as it does on Faraday 2 without it
+  end
+end
 
 class CircuitBreaker
   # Faraday middleware: every request of the connection goes through a
   # breaker. Loaded only by `require "circuit_breaker/faraday"`; the core
-  # gem never loads Faraday. Tested with Faraday 1.x; it keeps to the API
-  # Faraday 2 shares (docs/faraday.md says what was tested).
+  # gem never loads Faraday. Tested with Faraday 1 and Faraday 2 (with
+  # faraday-retry), one per CI leg (docs/faraday.md says what was tested).
   #
   # - A response whose status is a failure status (default 500..599) is
   #   returned to the caller as Faraday would return it, and recorded as a

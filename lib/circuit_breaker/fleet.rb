@@ -86,6 +86,10 @@ class CircuitBreaker
 
           settings = OPTIONS.to_h { |k| [k, client.respond_to?(k) ? client.public_send(k) : nil] }.compact
           settings.delete(:host) && settings.delete(:port) if settings[:path]
+          # redis-rb 5 reports username "default" (Redis's user for a
+          # connection that never authenticates) when none was given; no
+          # AUTH is sent without a password, so the name means nothing then.
+          settings.delete(:username) unless settings[:password]
           settings[:ssl] = true if client.respond_to?(:scheme) && client.scheme == "rediss"
           settings[:ssl] = true if client.respond_to?(:ssl) && client.ssl == true
           settings.freeze

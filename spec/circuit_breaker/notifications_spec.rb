@@ -11,7 +11,12 @@ require "rbconfig"
 # several times slower, for Ruby code (events.rb) that events_spec.rb
 # already covers.
 RSpec.describe CircuitBreaker, "ActiveSupport::Notifications", :integration do
-  before(:context) { require "active_support/notifications" }
+  before(:context) do
+    # ActiveSupport 7 needs its base loaded first (7.2 raises NameError on
+    # ActiveSupport::IsolatedExecutionState otherwise), as in a Rails app.
+    require "active_support"
+    require "active_support/notifications"
+  end
 
   let(:clock) { CircuitBreaker::ManualClock.new }
   subject(:breaker) { CircuitBreaker.new(name: "notified", clock: clock, min_calls: 1, open_duration: 30) }

@@ -4,6 +4,7 @@ require "fileutils"
 require "rack"
 require "webrick"
 require "circuit_breaker/dashboard"
+require_relative "../../examples/support/webrick_rack"
 
 # The status page in a real browser: examples/status_page.ru served by
 # WEBrick on 127.0.0.1, Debian's headless chromium driven through
@@ -28,7 +29,7 @@ RSpec.describe CircuitBreaker::Dashboard, "in a real browser", :integration do
   def serve(app)
     @server = WEBrick::HTTPServer.new(BindAddress: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL),
                                       AccessLog: [])
-    @server.mount("/", Rack::Handler::WEBrick, app)
+    @server.mount("/", CircuitBreaker::Examples.webrick_handler, app)
     @server_thread = Thread.new { @server.start }
     "http://127.0.0.1:#{@server.config[:Port]}"
   end
