@@ -4,9 +4,7 @@
 #   rake gem         pkg/circuit_breaker-VERSION.gem, the source: its crates
 #                    travel in vendor/crates, and it compiles at install time
 #                    without crates.io.
-#   rake native:gem  pkg/circuit_breaker-VERSION-x86_64-linux.gem: the
-#                    compiled library for this Ruby's ABI; installs without
-#                    Rust, libclang or network.
+#   rake native:gem  the platform gems (rakelib/native.rake).
 require "rubygems/package"
 
 directory "pkg"
@@ -29,38 +27,6 @@ task gem: "pkg" do
   build_gem(spec)
 end
 
-# The newest glibc symbol version `library` asks for must be the floor
-# docs/install.md states.
-def check_glibc_floor(library)
-  floor = `objdump -T #{library}`.scan(/GLIBC_([\d.]+)/).flatten.max_by { |v| Gem::Version.new(v) }
-  documented = File.read(File.expand_path("../docs/install.md", __dir__))[/glibc floor is ([\d.]+)/, 1]
-  return if floor == documented
-
-  abort "#{library} needs glibc #{floor}; docs/install.md says #{documented.inspect}: update it"
-end
-
-namespace :native do
-  desc "Build pkg/circuit_breaker-#{GEMSPEC.version}-#{Gem::Platform.local}.gem with the compiled library"
-  task gem: "pkg" do
-    # The shipped build: release profile (stripped), Linux code paths.
-    ENV["CIRCUIT_BREAKER_PROFILE"] = "release"
-    ENV.delete("CIRCUIT_BREAKER_PORTABLE")
-    Rake::Task["compile"].invoke
-    library = "lib/circuit_breaker/circuit_breaker.#{RbConfig::CONFIG['DLEXT']}"
-    check_glibc_floor(library)
-
-    spec = GEMSPEC.dup
-    spec.platform = Gem::Platform.local
-    spec.extensions = []
-    spec.files = spec.files.grep_v(%r{\A(ext|vendor)/|\ACargo\.}) + [library]
-    # A C extension loads only into the Ruby ABI it was compiled against:
-    # 3.1.x for a library built by Ruby 3.1.
-    minor = RUBY_VERSION[/\A\d+\.\d+/]
-    spec.required_ruby_version = [">= #{minor}", "< #{minor.succ}.dev"]
-    build_gem(spec)
-  end
-end
-
 # What a user's program does with an installed gem: bin/test runs it with
 # only the gem's GEM_HOME visible.
 GEM_SMOKE = <<~'RUBY'
@@ -68,14 +34,21 @@ GEM_SMOKE = <<~'RUBY'
   home = ENV.fetch("GEM_HOME")
   library = $LOADED_FEATURES.grep(/circuit_breaker\.so\z/).first.to_s
   abort "loaded #{library.inspect}, not the library in #{home}" unless library.start_with?(home)
-  copies = Dir.glob("#{home}/**/circuit_breaker.so")
-  abort "library installed #{copies.size} times: #{copies}" unless copies == [library]
+  # One copy per Ruby ABI a platform gem carries (lib/circuit_breaker/3.3/),
+  # one in all for the source gem (lib/circuit_breaker/).
+  copies = Dir.glob("#{home}/**/circuit_breaker.so").group_by { |c| File.basename(File.dirname(c)) }
+  abort "library installed more than once: #{copies}" unless copies.values.all?(&:one?)
+  abi = RUBY_VERSION[/\A\d+\.\d+/]
+  if copies.key?(abi) && File.dirname(library) != File.dirname(copies[abi].first)
+    abort "Ruby #{abi} loaded #{library}, not #{copies[abi].first}"
+  end
   breaker = CircuitBreaker.new(min_calls: 2, clock: CircuitBreaker::ManualClock.new)
   2.times { breaker.call { raise "down" } rescue RuntimeError }
   begin
     breaker.call { abort "an open breaker ran the block" }
   rescue CircuitBreaker::OpenError => e
-    puts "  #{library.delete_prefix(home)} (#{File.size(library)} bytes, the only copy): #{e.message}"
+    puts "  Ruby #{RUBY_VERSION} on #{RUBY_PLATFORM}: #{library.delete_prefix(home)} " \
+         "(#{File.size(library)} bytes; copies: #{copies.keys.sort.join(', ')}): #{e.message}"
   end
 RUBY
 
@@ -94,21 +67,46 @@ end
 
 namespace :gem do
   desc "Install both gems into empty GEM_HOMEs: the platform gem without Rust, the source gem offline"
-  task check: %w[native:gem gem] do
+  task check: %w[gem:check_native gem:check_source]
+
+  desc "Install each platform gem, on each Ruby it carries, in a Debian chroot of its architecture without Rust"
+  task check_native: "native:gem" do
+    NATIVE_PLATFORMS.each do |platform, info|
+      NATIVE_RUBIES.each do |abi, suite|
+        gem = "pkg/#{GEMSPEC.name}-#{GEMSPEC.version}-#{platform}.gem"
+        puts "#{gem}: Ruby #{abi} (Debian #{suite} #{info[:arch]}, no cargo)"
+        sh "bin/chroot", "--packages", "ruby rake rake-compiler ruby-rspec ruby-rack ruby-rack-test ruby-activesupport redis-server ruby-redis", suite, info[:arch],
+           "rake", "gem:install_check[#{gem}]", verbose: false
+      end
+    end
+  end
+
+  # Inside bin/chroot (no Rust toolchain there): installs `gem`, runs
+  # GEM_SMOKE, then the core specs against the installed gem.
+  task :install_check, [:gem] do |_, args|
+    abort "gem:install_check runs inside bin/chroot (it replaces lib/)" unless ENV["CIRCUIT_BREAKER_CHROOT"]
+    abort "cargo is reachable: the install would not show that it needs none" if system("command -v cargo >/dev/null")
+    dir = "/tmp/circuit_breaker-gem"
+    check_gem(args.fetch(:gem), dir, {})
+    # The core specs with the installed gem as lib/: bin/chroot's overlay
+    # takes the change, the checkout keeps its lib/.
+    installed = Dir.glob("#{dir}/gems/gems/#{GEMSPEC.name}-*/lib").first
+    rm_rf "lib", verbose: false
+    ln_s installed, "lib", verbose: false
+    sh "rspec", "spec/circuit_breaker"
+  end
+
+  desc "Install the source gem into an empty GEM_HOME offline, with an empty CARGO_HOME"
+  task check_source: "gem" do
     require "tmpdir"
     Dir.mktmpdir("circuit_breaker-gems") do |tmp|
-      native = "pkg/#{GEMSPEC.name}-#{GEMSPEC.version}-#{Gem::Platform.local}.gem"
-      # PATH without a directory that holds cargo or rustc.
-      path = ENV.fetch("PATH").split(File::PATH_SEPARATOR)
-                .reject { |d| %w[cargo rustc].any? { |t| File.executable?(File.join(d, t)) } }
-      puts "#{native}: PATH without cargo: #{path.join(File::PATH_SEPARATOR)}"
-      check_gem(native, File.join(tmp, "native"), "PATH" => path.join(File::PATH_SEPARATOR))
-
       source = "pkg/#{GEMSPEC.name}-#{GEMSPEC.version}.gem"
       cargo_home = File.join(tmp, "cargo-home")
       mkdir_p cargo_home
       puts "#{source}: offline, CARGO_HOME=#{cargo_home} (empty)"
-      check_gem(source, File.join(tmp, "source"), "CARGO_HOME" => cargo_home, "CARGO_NET_OFFLINE" => "true")
+      # Its own target directory, as a user's install has (a CI leg's cached one is not).
+      check_gem(source, File.join(tmp, "source"), "CARGO_HOME" => cargo_home, "CARGO_NET_OFFLINE" => "true",
+                                                  "CARGO_TARGET_DIR" => nil)
     end
   end
 end
