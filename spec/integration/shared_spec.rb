@@ -21,11 +21,10 @@ module SharedProcesses
   # A worker raised, or exited without its report.
   class WorkerFailed < StandardError; end
 
-  # Where glibc's robust mutex records its owner: the mutex follows the
-  # header's fields (magic[8], version u32, ready u32, header_size,
-  # record_size, config_hash, layout_hash u64), and its futex word holds the
-  # owner's thread id (a process's main thread id is its pid).
-  MUTEX_OFFSET = 48
+  # Where glibc's robust mutex records its owner: the mutex's place in the
+  # file's header comes from the extension, and the mutex's first word (its
+  # futex) holds the owner's thread id (a process's main thread id is its pid).
+  MUTEX_OFFSET = CircuitBreaker.send(:__shared_mutex_offset)
   FUTEX_TID_MASK = 0x3fff_ffff
 
   @sequence = 0

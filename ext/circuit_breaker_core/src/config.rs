@@ -116,7 +116,9 @@ pub struct Config {
 }
 
 impl Config {
-    /// Validates `o`; the error names the first bad option.
+    /// Validates `o`; the error names the first bad option. One check per
+    /// option, in the order of docs/configuration.md: its length is the
+    /// option list's, and split it would scatter the ranges.
     pub fn new(o: &Options) -> Result<Self, ConfigError> {
         const RATE: &str = "a Float in (0.0, 1.0]";
         let error_rate_threshold = check_f64("error_rate_threshold", RATE, o.error_rate_threshold, 0.0, true, 1.0)?;

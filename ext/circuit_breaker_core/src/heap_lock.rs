@@ -2,7 +2,7 @@
 //! a `lock_api::RawMutex` (docs/choices.md, "The heap record's lock").
 //!
 //! The word is 0 when free; a holder writes `tag << 1`, where `tag` names
-//! its process by fork count (1 + [`forks`], kept within 31 bits), and a
+//! its process by fork count (1 + [`forks`], kept within 30 bits), and a
 //! waiter that goes to sleep sets bit 0. Invariants:
 //! - taking is one compare-and-swap; giving back is one swap, whose old
 //!   value shows whether a waiter sleeps on the word (then one is woken);
@@ -44,6 +44,8 @@ pub struct Taken {
     /// From a thread of an ancestor process (see the module doc): what it
     /// guarded may be half-changed.
     pub over: bool,
+    /// This process's fork count ([`forks`]), read once for the taker.
+    pub forks: u64,
 }
 
 /// The raw lock: the word and its rules. Used through
@@ -51,10 +53,11 @@ pub struct Taken {
 #[derive(Debug, Default)]
 pub struct HeapLock(AtomicU32);
 
-/// This process's tag: 1 + its fork count, within 31 bits (never 0).
+/// The tag of a process forked `forks` times: 1 + its fork count, within
+/// 31 bits (never 0).
 #[inline]
-fn tag() -> u32 {
-    (forks() % u64::from(u32::MAX >> 1)) as u32 + 1
+fn tag(forks: u64) -> u32 {
+    (forks & 0x3FFF_FFFF) as u32 + 1
 }
 
 impl HeapLock {
@@ -69,16 +72,17 @@ impl HeapLock {
     /// must wake the next.
     #[inline]
     fn try_take_marked(&self, mark: u32) -> Option<Taken> {
-        let mine = tag() << 1 | mark;
+        let forks = forks();
+        let mine = tag(forks) << 1 | mark;
         match self.0.compare_exchange(0, mine, Ordering::Acquire, Ordering::Relaxed) {
-            Ok(_) => Some(Taken { over: false }),
+            Ok(_) => Some(Taken { over: false, forks }),
             // Held in an ancestor process: nobody here will give it back. A
             // sleeper's mark is kept, so the taker's release wakes it.
             Err(held) if held >> 1 != mine >> 1 => self
                 .0
                 .compare_exchange(held, mine | (held & PARKED), Ordering::Acquire, Ordering::Relaxed)
                 .ok()
-                .map(|_| Taken { over: true }),
+                .map(|_| Taken { over: true, forks }),
             Err(_) => None,
         }
     }
@@ -248,7 +252,7 @@ mod tests {
     #[test]
     fn a_sleeping_waiter_is_woken_by_the_release() {
         let lock = Arc::new(HeapLock::default());
-        assert_eq!(lock.try_take(), Some(Taken { over: false }));
+        assert_eq!(lock.try_take(), Some(Taken { over: false, forks: forks() }));
         let waiter = {
             let lock = Arc::clone(&lock);
             std::thread::spawn(move || {
@@ -263,7 +267,7 @@ mod tests {
         }
         // SAFETY: taken above by this thread.
         unsafe { lock.give_back() };
-        assert_eq!(waiter.join().unwrap(), Some(Taken { over: false }));
+        assert_eq!(waiter.join().unwrap(), Some(Taken { over: false, forks: forks() }));
         assert_ne!(lock.0.load(Ordering::Relaxed) & !PARKED, 0, "held by the waiter");
     }
 
@@ -281,9 +285,9 @@ mod tests {
     fn a_word_left_by_an_ancestor_is_taken_over_and_says_so() {
         let lock = HeapLock::default();
         // A tag of another process (this one's, plus one), with a sleeper.
-        lock.0.store(((tag() + 1) << 1) | PARKED, Ordering::Relaxed);
-        assert_eq!(lock.try_take(), Some(Taken { over: true }));
-        assert_eq!(lock.0.load(Ordering::Relaxed), (tag() << 1) | PARKED, "the sleeper's mark is kept");
+        lock.0.store(((tag(forks()) + 1) << 1) | PARKED, Ordering::Relaxed);
+        assert_eq!(lock.try_take(), Some(Taken { over: true, forks: forks() }));
+        assert_eq!(lock.0.load(Ordering::Relaxed), (tag(forks()) << 1) | PARKED, "the sleeper's mark is kept");
         assert_eq!(lock.try_take(), None, "held by this process now");
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::Nanos;
 use crate::config::ConfigError;
-use crate::heap_lock::{forks, HeapLock, Taken};
+use crate::heap_lock::{HeapLock, Taken};
 use crate::record::{HeapRecord, Record};
 use crate::state::{Decision, Permit, State};
 use crate::window::WindowSpec;
@@ -141,7 +141,7 @@ impl HeapStore {
         if taken.over {
             guard.0.record_mut().repair();
         }
-        guard.0.after_forks(forks());
+        guard.0.after_forks(taken.forks);
         guard
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use circuit_breaker_core::{Decision, Outcome};
+use circuit_breaker_core::{Decision, Nanos, Outcome, Permit};
 use magnus::{typed_data::Obj, value::ReprValue, Ruby, Value};
 
 use crate::cruby::{self, Exit, Unwound};
@@ -26,19 +26,8 @@ impl Breaker {
         // every call a VM call (docs/performance.md).
         let permit = match this.shared.published().admitting() {
             Some(p) => p,
-            None => {
-                if !ruby.block_given() {
-                    return Err(no_block());
-                }
-                let (decision, tr) = this.admit(ruby, start)?;
-                if !tr.is_empty() {
-                    Self::notify_or_release(ruby, rb_self, &tr, decision)?;
-                }
-                match decision {
-                    Decision::Allowed(p) => p,
-                    Decision::Rejected(r) => return Err(Exit::Raise(Self::rejected(ruby, rb_self, r)?)),
-                }
-            }
+            None if !ruby.block_given() => return Err(no_block()),
+            None => Self::admit_call(ruby, rb_self, start)?,
         };
 
         let result = cruby::yield_block();
@@ -59,6 +48,41 @@ impl Breaker {
             // listeners ran.
             return Ok(*std::hint::black_box(value));
         }
+        Self::settle_call(ruby, rb_self, permit, result, duration_ns, end, live)
+    }
+
+    /// Asks the locked step to admit a call the published state did not
+    /// (open, half-open, a stuck shared lock): a permit, or the rejection
+    /// as an exit, once its listeners ran.
+    #[inline]
+    fn admit_call(ruby: &Ruby, rb_self: Obj<Self>, now: Nanos) -> Result<Permit, Exit> {
+        let this = rb_self.get(ruby)?;
+        let (decision, tr) = this.admit(ruby, now)?;
+        if !tr.is_empty() {
+            Self::notify_or_release(ruby, rb_self, &tr, decision)?;
+        }
+        match decision {
+            Decision::Allowed(p) => Ok(p),
+            Decision::Rejected(r) => Err(Exit::Raise(Self::rejected(ruby, rb_self, r)?)),
+        }
+    }
+
+    /// Settles a call that did not simply return a value with no
+    /// `failure_if` (the common case, settled in `call`): classifies how
+    /// the block ended (docs/semantics.md), records it, runs the listeners
+    /// (in an ensure function while a jump is pending), and returns the
+    /// block's value or its way out.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_call(
+        ruby: &Ruby,
+        rb_self: Obj<Self>,
+        permit: Permit,
+        result: Result<Value, Unwound>,
+        duration_ns: f64,
+        end: Nanos,
+        live: cruby::Live,
+    ) -> Result<Value, Exit> {
+        let this = rb_self.get(ruby)?;
         let (outcome, raise_instead) = match &result {
             Ok(value) => match this.failure_if {
                 None => (Outcome::Success { duration_ns }, None),

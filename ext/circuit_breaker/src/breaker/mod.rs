@@ -213,6 +213,49 @@ impl Breaker {
             return Err(Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"));
         }
         let g = |key: &str| -> Result<Value, Error> { given.fetch(ruby.to_symbol(key)) };
+        let cfg = Self::config(ruby, given)?;
+        let record_errors = Matchers::parse(ruby, "record_errors", g("record_errors")?)?;
+        let ignore_errors = Matchers::parse(ruby, "ignore_errors", g("ignore_errors")?)?;
+        let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
+        let name = opt_string(ruby, "name", g("name")?)?;
+        let clock = ClockSource::from_arg(ruby, g("clock")?)?;
+        // Checked and made UTF-8 in Ruby (lib/circuit_breaker/namespace.rb).
+        let shared_key = opt_string(ruby, "shared", g("shared")?)?;
+        let namespace = opt_string(ruby, "namespace", g("namespace")?)?;
+        let name = name.or(shared_key).map(|s| Opaque::from(RString::new_frozen(s)));
+
+        let window = g("window")?;
+        let template = shared_of(ruby, window)?;
+        // The breaker's clock, else a TimeWindow's own, else the system's.
+        let clock = clock
+            .or_else(|| template.own_clock().cloned())
+            .unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
+        let (shared, window) = match shared_key {
+            Some(key) => Self::mapped(ruby, &template, namespace, key, &clock, &cfg)?,
+            None => Self::own(ruby, template, window, &clock)?,
+        };
+        let inner = Inner {
+            shared,
+            cfg,
+            clock,
+            name,
+            window: Opaque::from(window),
+            record_errors,
+            ignore_errors,
+            failure_if,
+            notify_rejects: AtomicBool::new(false),
+            last_error: AtomicUsize::new(0),
+            fleet_wake: OnceLock::new(),
+        };
+        rb_self
+            .0
+            .set(inner)
+            .map_err(|_| Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"))
+    }
+
+    /// The validated configuration of the options `initialize` passed.
+    fn config(ruby: &Ruby, given: RHash) -> Result<Config, Error> {
+        let g = |key: &str| -> Result<Value, Error> { given.fetch(ruby.to_symbol(key)) };
         let float = |key: &'static str| args::float(ruby, key, g(key)?);
         let opt_float = |key: &'static str| args::opt_float(ruby, key, g(key)?);
         let integer = |key: &'static str| args::integer(ruby, key, g(key)?);
@@ -232,66 +275,48 @@ impl Breaker {
             max_open_duration: opt_float("max_open_duration")?,
             jitter: float("jitter")?,
         };
-        let cfg = Config::new(&options).map_err(|e| config_error_given(ruby, e, |name| g(name).ok()))?;
-        let record_errors = Matchers::parse(ruby, "record_errors", g("record_errors")?)?;
-        let ignore_errors = Matchers::parse(ruby, "ignore_errors", g("ignore_errors")?)?;
-        let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
-        let name = opt_string(ruby, "name", g("name")?)?;
-        let clock = ClockSource::from_arg(ruby, g("clock")?)?;
-        // Checked and made UTF-8 in Ruby (lib/circuit_breaker/namespace.rb).
-        let shared_key = opt_string(ruby, "shared", g("shared")?)?;
-        let namespace = opt_string(ruby, "namespace", g("namespace")?)?;
-        let name = name.or(shared_key).map(|s| Opaque::from(RString::new_frozen(s)));
+        Config::new(&options).map_err(|e| config_error_given(ruby, e, |name| g(name).ok()))
+    }
 
-        let window = g("window")?;
-        let template = shared_of(ruby, window)?;
-        // The breaker's clock, else a TimeWindow's own, else the system's.
-        let clock = clock
-            .or_else(|| template.own_clock().cloned())
-            .unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
-        let (shared, window) = match shared_key {
-            // The given window is only a template: the live one is in the file.
-            Some(key) => {
-                // SAFETY: the bytes are copied before any Ruby code runs.
-                let (namespace, name) =
-                    unsafe { (namespace.map_or(Vec::new(), |n| n.as_slice().to_vec()), key.as_slice().to_vec()) };
-                let mapped = template.mapped(ruby, &namespace, &name, cfg.fingerprint())?;
-                let _ = mapped.clock.set(clock.clone());
-                mapped.attach();
-                let window = crate::window::wrap(ruby, mapped.clone());
-                (mapped, window)
-            }
-            None => {
-                if !template.attach() {
-                    return Err(arg_error(
-                        ruby,
-                        "window: is already used by another breaker; give each breaker its own window".to_owned(),
-                    ));
-                }
-                if let Err(e) = template.follow(ruby, &clock) {
-                    template.detach();
-                    return Err(e);
-                }
-                (template, window)
-            }
-        };
-        let inner = Inner {
-            shared,
-            cfg,
-            clock,
-            name,
-            window: Opaque::from(window),
-            record_errors,
-            ignore_errors,
-            failure_if,
-            notify_rejects: AtomicBool::new(false),
-            last_error: AtomicUsize::new(0),
-            fleet_wake: OnceLock::new(),
-        };
-        rb_self
-            .0
-            .set(inner)
-            .map_err(|_| Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"))
+    /// `shared:`: the given window is only a template; the live one is in
+    /// the file of `namespace` and `key`.
+    fn mapped(
+        ruby: &Ruby,
+        template: &Shared,
+        namespace: Option<RString>,
+        key: RString,
+        clock: &ClockSource,
+        cfg: &Config,
+    ) -> Result<(Arc<Shared>, Value), Error> {
+        // SAFETY: the bytes are copied before any Ruby code runs.
+        let (namespace, name) =
+            unsafe { (namespace.map_or(Vec::new(), |n| n.as_slice().to_vec()), key.as_slice().to_vec()) };
+        let mapped = template.mapped(ruby, &namespace, &name, cfg.fingerprint())?;
+        let _ = mapped.clock.set(clock.clone());
+        mapped.attach();
+        let window = crate::window::wrap(ruby, mapped.clone());
+        Ok((mapped, window))
+    }
+
+    /// A breaker of this process: it records into the given window, which
+    /// no other breaker may use, bound to the breaker's clock.
+    fn own(
+        ruby: &Ruby,
+        template: Arc<Shared>,
+        window: Value,
+        clock: &ClockSource,
+    ) -> Result<(Arc<Shared>, Value), Error> {
+        if !template.attach() {
+            return Err(arg_error(
+                ruby,
+                "window: is already used by another breaker; give each breaker its own window".to_owned(),
+            ));
+        }
+        if let Err(e) = template.follow(ruby, clock) {
+            template.detach();
+            return Err(e);
+        }
+        Ok((template, window))
     }
 
     /// The seeds' `probe_ratio:` r, with `half_open_window:` w, as the
@@ -369,6 +394,10 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class
         .singleton_class()?
         .define_private_method("__sweep_shared_files", function!(circuit_breaker_core::shm::sweep, 0))?;
+    // Specs only: where a shared file's mutex is (spec/integration/shared_spec.rb).
+    class
+        .singleton_class()?
+        .define_private_method("__shared_mutex_offset", function!(circuit_breaker_core::shm::mutex_offset, 0))?;
     // Checked builds only (cruby::Live): spec/circuit_breaker/exits_spec.rb.
     #[cfg(debug_assertions)]
     class.singleton_class()?.define_private_method("__live_native_values", function!(cruby::Live::count, 0))?;

@@ -158,6 +158,17 @@ pub enum ShmError {
     Unsupported { platform: String },
 }
 
+/// Where the header's mutex starts in a shared file (for the specs that
+/// play a dead or stuck holder by writing its owner word).
+pub fn mutex_offset() -> usize {
+    let header = std::mem::MaybeUninit::<Header>::uninit();
+    let base = header.as_ptr();
+    // SAFETY: `addr_of!` on a field of an uninitialised value only computes
+    // its address; nothing is read.
+    let mutex = unsafe { std::ptr::addr_of!((*base).mutex) };
+    mutex as usize - base as usize
+}
+
 /// A hash of the layout of every struct stored in a shared file, the
 /// file's version and the crate's version: part of every file's key and
 /// header, so two builds never read each other's bytes.

@@ -110,6 +110,40 @@ impl MappedRecord {
         key: &Key,
         seed: u64,
     ) -> Result<Self, ShmError> {
+        let half_built = Self::reserve(fd, shown, len)?;
+        // SAFETY: maps `len` bytes of a file that now has at least `len`
+        // bytes, all allocated.
+        let base =
+            unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0) };
+        if base == libc::MAP_FAILED {
+            return Err(os_error(format!("cannot map {shown}")));
+        }
+        let this = Self { base: base as *mut u8, len };
+        // SAFETY: the header lies within the mapping; the INIT lock keeps
+        // every other process from building or validating it meanwhile.
+        let h = unsafe { &*this.header() };
+        let config_hash = key.hash();
+        if half_built || (h.magic == MAGIC && h.ready != READY) {
+            // SAFETY: the caller holds the INIT lock, and no process maps a
+            // file that was never ready.
+            unsafe { this.initialise(hsize, layout, key.spec, config_hash, seed) }?;
+        } else if h.magic != MAGIC
+            || h.version != LAYOUT_VERSION
+            || h.ready != READY
+            || h.layout_hash != layout_hash()
+            || h.header_size != hsize as u64
+            || h.record_size != layout.size as u64
+            || h.config_hash != config_hash
+        {
+            return Err(ShmError::Foreign(shown.into()));
+        }
+        Ok(this)
+    }
+
+    /// Checks that the file open at `fd` is a private regular file of
+    /// this user of `len` bytes, or one its creator left half-built (then
+    /// emptied: true), and reserves its `len` bytes.
+    fn reserve(fd: &Fd, shown: &str, len: usize) -> Result<bool, ShmError> {
         let st = fstat(fd.0).map_err(|e| ShmError::Io { context: format!("cannot stat {shown}"), source: e })?;
         // Only a private regular file of ours: another user's file (in a
         // world-writable directory such as /dev/shm) could be read,
@@ -144,33 +178,7 @@ impl MappedRecord {
                 source: io::Error::from_raw_os_error(rc),
             });
         }
-        // SAFETY: maps `len` bytes of a file that now has at least `len`
-        // bytes, all allocated.
-        let base =
-            unsafe { libc::mmap(ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0) };
-        if base == libc::MAP_FAILED {
-            return Err(os_error(format!("cannot map {shown}")));
-        }
-        let this = Self { base: base as *mut u8, len };
-        // SAFETY: the header lies within the mapping; the INIT lock keeps
-        // every other process from building or validating it meanwhile.
-        let h = unsafe { &*this.header() };
-        let config_hash = key.hash();
-        if half_built || (h.magic == MAGIC && h.ready != READY) {
-            // SAFETY: the caller holds the INIT lock, and no process maps a
-            // file that was never ready.
-            unsafe { this.initialise(hsize, layout, key.spec, config_hash, seed) }?;
-        } else if h.magic != MAGIC
-            || h.version != LAYOUT_VERSION
-            || h.ready != READY
-            || h.layout_hash != layout_hash()
-            || h.header_size != hsize as u64
-            || h.record_size != layout.size as u64
-            || h.config_hash != config_hash
-        {
-            return Err(ShmError::Foreign(shown.into()));
-        }
-        Ok(this)
+        Ok(half_built)
     }
 
     /// Whether the file's first 8 bytes are zero (or missing): the header
