@@ -237,6 +237,7 @@ enum Phase {
 }
 
 impl Phase {
+    #[inline]
     fn state(&self) -> State {
         match self {
             Phase::Closed => State::Closed,
@@ -400,27 +401,25 @@ impl Breaker {
         if !same_generation(permit.generation, self.generation) {
             return out;
         }
-        let recording = matches!(self.phase, Phase::Closed | Phase::Disabled);
-        let probe = match self.stage_mut() {
-            Some(stage) if permit.probe => {
-                if !stage.settle(permit.cohort) {
-                    return out;
-                }
-                Some(stage)
+        if matches!(self.phase, Phase::Closed | Phase::Disabled) {
+            if let Some(m) = mark {
+                self.record_closed(w, cfg, m, now, &mut out);
             }
-            _ => None,
-        };
-        match (probe, mark) {
-            (Some(stage), None) => stage.release(),
-            (Some(stage), Some(m)) => {
+            return out;
+        }
+        let Some(stage) = self.stage_mut() else { return out };
+        if !permit.probe || !stage.settle(permit.cohort) {
+            return out;
+        }
+        match mark {
+            None => stage.release(),
+            Some(m) => {
                 w.add(m, now);
                 let passed = !m.failure && !m.slow;
                 let verdict = stage.finish(passed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
                 self.fleet.probe_finished(passed);
                 self.judge(self.fleet.restrain(verdict), Reason::ProbeFailed, w, cfg, now, &mut out);
             }
-            (None, Some(m)) if recording => self.record_closed(w, cfg, m, now, &mut out),
-            _ => {}
         }
         out
     }
@@ -588,7 +587,7 @@ impl Breaker {
         out: &mut Transitions,
     ) {
         w.add(m, now);
-        if self.phase != Phase::Closed {
+        if !matches!(self.phase, Phase::Closed) {
             return;
         }
         if let Some(reason) = trip_reason(cfg, &w.counts(now), w.capacity()) {
