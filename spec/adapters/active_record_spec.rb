@@ -31,6 +31,9 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:options) { { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 3, open_duration: 10, clock: clock } }
 
+  # Other files may leave breakers registered: each example starts with none.
+  before { CircuitBreaker.forget_all! }
+
   after do
     model.remove_connection
     described_class.clear!

@@ -20,6 +20,9 @@ RSpec.describe CircuitBreaker::Adapters::NetHTTP, :integration do
     { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 4, open_duration: 10, clock: clock }
   end
 
+  # Other files may leave breakers registered: each example starts with none.
+  before { CircuitBreaker.forget_all! }
+
   after do
     described_class.clear!
     described_class.max_breakers = CircuitBreaker::Adapters::DEFAULT_MAX_BREAKERS

@@ -11,6 +11,9 @@ RSpec.describe CircuitBreaker::Adapters::Redis, :redis do
   let(:options) { { window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 3, open_duration: 10, clock: clock } }
   let(:name) { "redis:#{redis_server.socket}" }
 
+  # Other files may leave breakers registered: each example starts with none.
+  before { CircuitBreaker.forget_all! }
+
   after do
     described_class.clear!
     CircuitBreaker.forget_all!
