@@ -7,8 +7,10 @@ module Bench
   # The fleet rows of `rake bench` (docs/performance.md, docs/fleet.md): the call path
   # with Redis up, paused and down against the same breaker without
   # `fleet:`; Redis round trips per host per second with 1 and 100 fleet
-  # breakers; and a convergence run of forked hosts against a counting
-  # upstream that fails every call, next to the docs' bound.
+  # breakers; a convergence run of forked hosts against a counting
+  # upstream that fails every call, next to the docs' bound; and the same
+  # with warm windows, hosts meeting the failures a little apart (H = 2, 4,
+  # 8), next to the warm-window bound (docs/fleet.md, "The bound").
   module Fleet
     HOSTS = 8
     RATE = 50.0 # calls per second per host
@@ -22,7 +24,7 @@ module Bench
 
       server = RedisServer.start
       begin
-        call_path(s, server) + load(server) + convergence(server)
+        call_path(s, server) + load(server) + convergence(server) + warm_convergence(server)
       ensure
         server.stop
       end
@@ -145,6 +147,94 @@ module Bench
       pids.each { |pid| Process.wait(pid) } # not waitall: redis-server is a child too
       opened = results.map { |r| r[2] } # CLOCK_MONOTONIC is one clock for the whole host
       [results.sum(&:first).to_i, results.map { |r| r[1] }.max, opened.max - opened.min]
+    end
+
+    WARM_HOSTS = [2, 4, 8].freeze
+    WARM_SIZE = 100 # SlidingWindow size, full of successes
+    STAGGER = 0.5 # seconds between two hosts' first failures
+    QUORUM = 0.5 # fleet_quorum's default
+
+    # Warm windows: each host's window holds WARM_SIZE successes, then host
+    # i meets a dependency that fails every call STAGGER × i seconds after
+    # the first, RATE calls/s, until its breaker is open. Alone, each opens
+    # after f = WARM_SIZE / 2 failures (error_rate_threshold 0.5); with
+    # fleet:, the hosts that opened alone open the others once they carry
+    # fleet_quorum of the calls.
+    def warm_convergence(server)
+      rtt = measure_rtt(server)
+      reach = RATE * INTERVAL <= 1 ? rtt : INTERVAL + rtt
+      latency = reach + (2 * (INTERVAL + rtt))
+      f = WARM_SIZE / 2
+      WARM_HOSTS.map do |hosts|
+        k = [(QUORUM * hosts).ceil, hosts >= 3 ? 2 : 1].max
+        opened_k = (STAGGER * (k - 1)) + (f / RATE)
+        bound = Array.new(hosts) { |i| [f, RATE * [0, opened_k + latency - (STAGGER * i)].max].min }.sum
+        with = run_warm_hosts(server, hosts, true)
+        without = run_warm_hosts(server, hosts, false)
+        { note: format("Warm windows (SlidingWindow %d full of successes), %d hosts × %.0f calls/s meeting the failures " \
+                       "%.1f s apart: with fleet: %d calls reached the failing dependency (bound Σ min(f, r·(Tk + L − ti)) = %.0f: %s), " \
+                       "without: %d (H·f = %d); %.0f %% fewer",
+                       WARM_SIZE, hosts, RATE, STAGGER, with, bound, with <= bound ? "met" : "NOT met",
+                       without, hosts * f, 100.0 * (without - with) / without) }
+      end
+    end
+
+    def run_warm_hosts(server, hosts, with_fleet)
+      name = "warm-#{SecureRandom.hex(4)}"
+      gate_r, gate_w = IO.pipe
+      done_r, done_w = IO.pipe
+      pids = []
+      pipes = Array.new(hosts) do |i|
+        r, w = IO.pipe
+        w.sync = true
+        pids << fork do
+          r.close
+          gate_w.close
+          done_w.close
+          options = { name: name, window: CircuitBreaker::SlidingWindow.new(size: WARM_SIZE), open_duration: 60 }
+          options.update(fleet: server.url, fleet_interval: INTERVAL) if with_fleet
+          breaker = CircuitBreaker.new(**options)
+          wait { breaker.metrics[:fleet] == :connected } if with_fleet
+          WARM_SIZE.times { breaker.call { :ok } }
+          w.write("ready\n")
+          gate_r.read
+          t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          start = t0 + (STAGGER * i)
+          reached = 0
+          tick = start
+          until breaker.open? || Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0 > 30
+            pause = tick - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+            sleep pause if pause.positive?
+            next if breaker.open?
+
+            begin
+              breaker.call { reached += 1; raise "upstream down" }
+            rescue RuntimeError, CircuitBreaker::OpenError
+              nil
+            end
+            tick += 1 / RATE
+          end
+          w.write("#{reached}\n")
+          done_r.read # a host that exits would no longer count in the fleet
+          exit!(0)
+        end
+        w.close
+        r
+      end
+      gate_r.close
+      done_r.close
+      pipes.each { |r| r.gets }
+      if with_fleet # every host's warm window in Redis first (sent at its next interval)
+        wait do
+          key = server.command("KEYS", "circuit_breaker:{#{name}:*}:hosts").first
+          key && server.command("HVALS", key).count { |v| v.split[1] == WARM_SIZE.to_s } == hosts
+        end
+      end
+      gate_w.close # every host starts now
+      reached = pipes.sum { |r| Integer(r.gets) }
+      done_w.close
+      pids.each { |pid| Process.wait(pid) } # not waitall: redis-server is a child too
+      reached
     end
 
     def measure_rtt(server)

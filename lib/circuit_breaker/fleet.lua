@@ -10,12 +10,14 @@
 --       in all, 10 probes passed, 11 probes failed,
 --       12 kind (0 nothing, 1 proposal, 2 command), 13 expected version,
 --       14 state, 15 reason, 16 open for (ms), 17 backed-off open length (ms), 18 stage,
---       19 the channel a change is published on (pushed to every host).
+--       19 why the host opened on its own window (0: it did not; then 5..7 are
+--          the counts it opened with),
+--       20 the channel a change is published on (pushed to every host).
 -- Reply: {1, epoch, version, state, generation, reason, open remaining (ms),
 --         backed-off open length (ms), stage, stage elapsed (ms),
 --         total, failures, slow calls, live hosts, slots granted to this host,
 --         slots granted in all, probes passed, probes failed, applied,
---         round elapsed (ms)}
+--         round elapsed (ms), live hosts that opened alone, their calls}
 -- A change that was applied is also published: the same reply with 2 in
 -- front (pushed, not an answer to the receiver's send) and no grant.
 -- Or {-1} when a key held something malformed (it is deleted; the next
@@ -32,7 +34,7 @@ local function int(x)
 end
 
 local args = {}
-for k = 2, 18 do
+for k = 2, 19 do
   args[k] = int(ARGV[k])
   if args[k] == nil then return redis.error_reply('circuit_breaker: bad argument ' .. k) end
 end
@@ -85,6 +87,7 @@ redis.call('PEXPIRE', state, key_ttl)
 -- The other live hosts' reports; stale ones are dropped.
 local total, failures, slow, live = 0, 0, 0, 1
 local granted, passed, failed = 0, 0, 0
+local alone_hosts, alone_calls = 0, 0
 local mine = 0
 local all = redis.call('HGETALL', hosts)
 for n = 1, #all, 2 do
@@ -102,6 +105,8 @@ for n = 1, #all, 2 do
   elseif now - v[1] <= host_ttl then
     live = live + 1
     total, failures, slow = total + v[2], failures + v[3], slow + v[4]
+    -- A 10th word (why the host opened alone) is missing from an older gem's report.
+    if (v[10] or 0) > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + v[2] end
     if in_stage then
       granted, passed, failed = granted + v[7], passed + v[8], failed + v[9]
     end
@@ -120,9 +125,10 @@ else
   mine = 0
 end
 redis.call('HSET', hosts, me, table.concat({now, args[5], args[6], args[7], args[8], args[9], mine,
-  args[10], args[11]}, ' '))
+  args[10], args[11], args[19]}, ' '))
 redis.call('PEXPIRE', hosts, key_ttl)
 total, failures, slow = total + args[5], failures + args[6], slow + args[7]
+if args[19] > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + args[5] end
 if in_stage then
   granted, passed, failed = granted + mine, passed + args[10], failed + args[11]
 end
@@ -130,10 +136,11 @@ end
 local remaining = 0
 if st.s == OPEN then remaining = math.max(st.u - now, 0) end
 local reply = {1, st.e, st.v, st.s, st.g, st.r, remaining, st.b, st.i, now - st.t,
-  total, failures, slow, live, mine, granted, passed, failed, applied, now - st.rt}
+  total, failures, slow, live, mine, granted, passed, failed, applied, now - st.rt,
+  alone_hosts, alone_calls}
 if applied == 1 then
   local pushed = {unpack(reply)}
   pushed[1], pushed[15] = 2, 0
-  redis.call('PUBLISH', ARGV[19], table.concat(pushed, ' '))
+  redis.call('PUBLISH', ARGV[20], table.concat(pushed, ' '))
 end
 return reply

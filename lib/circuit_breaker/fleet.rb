@@ -243,7 +243,7 @@ class CircuitBreaker
 
       def pushed(channel, message)
         words = message.split(" ")
-        return unless words.size == 20 && words.first == "2"
+        return unless words.size == REPLY_LEN && words.first == "2"
 
         reply = words.map { |w| Integer(w, 10) }
         entries.each do |breaker, _, tag|

@@ -33,6 +33,10 @@ class CircuitBreaker
   # @param name [String, Symbol, nil] used in errors, events and the registry
   # @param clock [ManualClock, nil] for tests; nil: the monotonic clock
   # @param logger [#warn, #info, nil] transitions are logged (openings with warn)
+  # @param fleet [Redis, String, nil] a Redis client or URL: the breaker is one across hosts (docs/fleet.md)
+  # @param fleet_interval [Numeric, nil] seconds between a host's sends (nil: 0.1)
+  # @param fleet_quorum [Numeric, nil] with fleet:, the share of the live hosts' reported calls that
+  #   hosts opened on their own windows must carry to open the fleet, (0, 1] (nil: 0.5)
   # @param namespace [String, Symbol, nil] with shared:, keeps this application's
   #   breakers apart from other applications' on the host; nil:
   #   {CircuitBreaker.default_namespace} (docs/shared.md)
@@ -48,11 +52,13 @@ class CircuitBreaker
                  open_duration: 30, half_open_calls: 2, ramp: [1.0], advance_rate: 1.0, reopen_rate: nil,
                  record_errors: [StandardError], ignore_errors: [], failure_if: nil, half_open_timeout: nil,
                  probe_timeout: nil, min_stage_duration: 0, backoff: 1.0, max_open_duration: nil, jitter: 0.0,
-                 name: nil, clock: nil, logger: nil, shared: nil, namespace: nil, fleet: nil, fleet_interval: nil)
+                 name: nil, clock: nil, logger: nil, shared: nil, namespace: nil, fleet: nil, fleet_interval: nil,
+                 fleet_quorum: nil)
     unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
       raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
     end
     raise ArgumentError, "fleet_interval: needs fleet:" if fleet.nil? && !fleet_interval.nil?
+    raise ArgumentError, "fleet_quorum: needs fleet:" if fleet.nil? && !fleet_quorum.nil?
 
     # Seconds may be given as ActiveSupport::Duration (30.seconds).
     open_duration, half_open_timeout, probe_timeout, min_stage_duration, max_open_duration, fleet_interval =
@@ -79,7 +85,8 @@ class CircuitBreaker
               record_errors: record_errors, ignore_errors: ignore_errors, failure_if: failure_if,
               half_open_timeout: half_open_timeout, probe_timeout: probe_timeout,
               min_stage_duration: min_stage_duration, backoff: backoff, max_open_duration: max_open_duration,
-              jitter: jitter, name: name, clock: clock, shared: shared, namespace: namespace
+              jitter: jitter, fleet_quorum: fleet_quorum, name: name, clock: clock, shared: shared,
+              namespace: namespace
             })
     @logger = logger
     @open_duration = open_duration.to_f # validated by __setup

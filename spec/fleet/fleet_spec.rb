@@ -80,6 +80,119 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     expect(results.map(&:last)).to all(eq(:open))
   end
 
+  describe "hosts that open on their own warm windows (docs/fleet.md, \"When hosts open alone\")" do
+    # A window full of successes (SlidingWindow of 100), as a busy host has.
+    def warm(breaker)
+      100.times { breaker.call { :ok } }
+    end
+
+    def fail_until_open(breaker)
+      until breaker.state == :open
+        breaker.call { raise "down" } rescue RuntimeError # rubocop:disable Style/RescueModifier
+      end
+    end
+
+    # Until Redis holds `hosts` warm reports: a host's successes go with its
+    # next send, not at once.
+    def wait_reported(hosts)
+      wait_for("#{hosts} warm reports") do
+        key = redis_server.command("KEYS", "circuit_breaker:{#{name}:*}:hosts").first
+        key && redis_server.command("HVALS", key).count { |v| v.split[1] == "100" } == hosts
+      end
+    end
+
+    # One gate per step, and a pipe on which hosts acknowledge each step.
+    def acks(reader, *whats)
+      whats.map do
+        raise "no acknowledgement within #{DEADLINE}s" unless reader.wait_readable(DEADLINE)
+
+        reader.gets&.chomp
+      end
+    end
+
+    it "opens the fleet when a host that opened alone carries half the reported calls" do
+      start, tripped, done = ProcessGate.new, ProcessGate.new, ProcessGate.new
+      acks_r, acks_w = IO.pipe
+      acks_w.sync = true
+      opener = Host.new(start) do
+        acks_r.close
+        breaker = fleet_breaker
+        wait_for("connected") { breaker.metrics[:fleet] == :connected }
+        warm(breaker)
+        acks_w.puts("warm")
+        [tripped, done].each(&:forget_parent_end)
+        tripped.wait
+        fail_until_open(breaker)
+        acks_w.puts("open")
+        done.wait # a host that exits no longer counts
+        breaker.metrics[:tripped_error_rate]
+      end
+      other = Host.new(start) do
+        acks_r.close
+        breaker = fleet_breaker
+        wait_for("connected") { breaker.metrics[:fleet] == :connected }
+        warm(breaker)
+        10.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+        acks_w.puts("warm")
+        [tripped, done].each(&:forget_parent_end)
+        state = wait_for("the fleet's opening") { breaker.state == :open && breaker.state }
+        acks_w.puts("open")
+        done.wait
+        [state, breaker.metrics[:tripped_error_rate]]
+      end
+      acks_w.close
+      start.open!
+      expect(acks(acks_r, 1, 2)).to eq(%w[warm warm])
+      wait_reported(2)
+      tripped.open!
+      expect(acks(acks_r, 1, 2)).to eq(%w[open open])
+      done.open!
+      expect(opener.result).to eq(0.5)
+      # Its own window (10 of 100 failed) would never have opened it.
+      expect(other.result).to eq([:open, 0.1])
+    end
+
+    it "opens nothing for one host cut off alone among three, and opens every host once a second one opens" do
+      start, first, second, done = ProcessGate.new, ProcessGate.new, ProcessGate.new, ProcessGate.new
+      acks_r, acks_w = IO.pipe
+      acks_w.sync = true
+      gates = [first, second, done]
+      hosts = Array.new(3) do |i|
+        Host.new(start) do
+          acks_r.close
+          gates.each(&:forget_parent_end)
+          breaker = fleet_breaker(fleet_quorum: 0.3)
+          wait_for("connected") { breaker.metrics[:fleet] == :connected }
+          warm(breaker)
+          acks_w.puts("warm")
+          first.wait
+          fail_until_open(breaker) if i.zero?
+          acks_w.puts("first")
+          second.wait
+          after_first = breaker.state
+          fail_until_open(breaker) if i == 1
+          state = wait_for("the fleet's opening") { breaker.state == :open && breaker.state }
+          acks_w.puts("open")
+          done.wait # a host that exits no longer counts
+          [after_first, state]
+        end
+      end
+      acks_w.close
+      start.open!
+      acks(acks_r, 1, 2, 3)
+      wait_reported(3)
+      first.open!
+      acks(acks_r, 1, 2, 3)
+      sleep 0.5 # ten intervals: the first host's opening must change nothing elsewhere
+      second.open!
+      acks(acks_r, 1, 2, 3)
+      done.open!
+      results = hosts.map(&:result)
+      expect(results.map(&:first)).to eq(%i[open closed closed])
+      expect(results.map(&:last)).to all(eq(:open))
+    end
+  end
+
   it "does not open on failures below the threshold across hosts" do
     breakers = Array.new(2) { fleet_breaker(min_calls: 20) }
     wait_for("connected") { breakers.all? { |b| b.metrics[:fleet] == :connected } }

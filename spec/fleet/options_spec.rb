@@ -26,8 +26,18 @@ RSpec.describe "CircuitBreaker.new(fleet:, fleet_interval:)" do
     expect { CircuitBreaker.new(fleet: 42) }.to raise_error(TypeError, /fleet must be a redis:\/\/ or unix:\/\/ URL, or a Redis client/)
   end
 
-  it "refuses fleet_interval without fleet" do
+  it "refuses fleet_interval and fleet_quorum without fleet" do
     expect { CircuitBreaker.new(fleet_interval: 1) }.to raise_error(ArgumentError, "fleet_interval: needs fleet:")
+    expect { CircuitBreaker.new(fleet_quorum: 0.5) }.to raise_error(ArgumentError, "fleet_quorum: needs fleet:")
+  end
+
+  it "names fleet_quorum and its range when it is out of range" do
+    [0, 1.5, -0.1, Float::NAN].each do |bad|
+      expect { CircuitBreaker.new(fleet: "unix:///tmp/none.sock", fleet_quorum: bad) }
+        .to raise_error(ArgumentError, /fleet_quorum must be a Float in \(0.0, 1.0\]/)
+    end
+    expect { CircuitBreaker.new(fleet: "unix:///tmp/none.sock", fleet_quorum: "half") }
+      .to raise_error(TypeError, /fleet_quorum/)
   end
 
   it "takes a redis-rb client's settings, never its connection" do

@@ -10,9 +10,9 @@ RSpec.describe "The fleet script", :redis do
 
   # One send of host "h" (ARGV as lib/circuit_breaker/fleet.lua lists them);
   # returns the reply.
-  def send_report(kind: 0, expected: -1, state: 0, stage: 0)
-    redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, "h", 1_000, 60_000, 2,
-                         0, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, "#{tag}:changed")
+  def send_report(kind: 0, expected: -1, state: 0, stage: 0, host: "h", total: 0, alone: 0)
+    redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, host, 1_000, 60_000, 2,
+                         total, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, alone, "#{tag}:changed")
   end
 
   # Moves the stage's start (and the round's, unless `round: false`) `ms` back.
@@ -37,5 +37,14 @@ RSpec.describe "The fleet script", :redis do
     reply = send_report
     expect(reply[19]).to eq(reply[9])
     expect(reply[9]).to be >= 5_000
+  end
+
+  it "counts the hosts that opened alone and their calls, and reads an older gem's report as not alone" do
+    send_report(host: "a", total: 100, alone: 1)
+    now_ms = redis_server.command("TIME").then { |sec, usec| (Integer(sec) * 1000) + (Integer(usec) / 1000) }
+    redis_server.command("HSET", keys[0], "old", "#{now_ms} 40 0 0 0 0 0 0 0") # nine words
+    reply = send_report(host: "b", total: 60)
+    expect(reply.size).to eq(CircuitBreaker::Fleet::REPLY_LEN)
+    expect([reply[10], reply[13], reply[20], reply[21]]).to eq([200, 3, 1, 100])
   end
 end

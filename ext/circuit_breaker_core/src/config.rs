@@ -55,6 +55,9 @@ pub struct Options {
     /// None: no cap.
     pub max_open_duration: Option<f64>,
     pub jitter: f64,
+    /// With `fleet:`, the share of the live hosts' reported calls carried
+    /// by hosts that opened on their own windows that opens the fleet.
+    pub fleet_quorum: f64,
 }
 
 impl Default for Options {
@@ -74,6 +77,7 @@ impl Default for Options {
             backoff: 1.0,
             max_open_duration: None,
             jitter: 0.0,
+            fleet_quorum: 0.5,
         }
     }
 }
@@ -113,6 +117,10 @@ pub struct Config {
     pub max_open_duration: Option<Nanos>,
     /// Open durations are shortened by a random share in [0, jitter).
     pub jitter: f64,
+    /// With `fleet:`, the fleet also opens when hosts that opened on their
+    /// own windows carry at least this share of the live hosts' reported
+    /// calls (0 < x <= 1; docs/fleet.md, "When hosts open alone").
+    pub fleet_quorum: f64,
 }
 
 impl Config {
@@ -165,6 +173,7 @@ impl Config {
         } else {
             return Err(out_of_range("jitter", "a Float in 0.0...1.0 (1.0 excluded)", o.jitter));
         };
+        let fleet_quorum = check_f64("fleet_quorum", RATE, o.fleet_quorum, 0.0, true, 1.0)?;
         Ok(Self {
             error_rate_threshold,
             slow_rate_threshold,
@@ -181,6 +190,7 @@ impl Config {
             backoff,
             max_open_duration,
             jitter,
+            fleet_quorum,
         })
     }
 }
@@ -249,6 +259,7 @@ impl Config {
             backoff,
             max_open_duration,
             jitter,
+            fleet_quorum,
         } = self;
         let mut h = Fnv::default()
             .f64(*error_rate_threshold)
@@ -268,6 +279,7 @@ impl Config {
             .f64(*backoff)
             .i64(max_open_duration.unwrap_or(-1))
             .f64(*jitter)
+            .f64(*fleet_quorum)
             .finish()
     }
 }
@@ -302,6 +314,8 @@ mod tests {
         assert_eq!(with(|o| o.backoff = 0.5).unwrap_err().name, "backoff");
         assert_eq!(with(|o| o.max_open_duration = Some(1.0)).unwrap_err().name, "max_open_duration");
         assert_eq!(with(|o| o.jitter = 1.0).unwrap_err().name, "jitter");
+        assert_eq!(with(|o| o.fleet_quorum = 0.0).unwrap_err().name, "fleet_quorum");
+        assert_eq!(with(|o| o.fleet_quorum = 1.5).unwrap_err().name, "fleet_quorum");
         assert_eq!(with(|o| o.half_open_timeout = Some(-1.0)).unwrap_err().name, "half_open_timeout");
         assert_eq!(with(|o| o.probe_timeout = ProbeTimeout::Seconds(0.0)).unwrap_err().name, "probe_timeout");
         assert_eq!(with(|o| o.probe_timeout = ProbeTimeout::Seconds(f64::NAN)).unwrap_err().name, "probe_timeout");

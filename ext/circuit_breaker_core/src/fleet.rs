@@ -72,10 +72,14 @@ pub struct Reply {
     pub granted: u32,
     pub passed: u32,
     pub failed: u32,
+    /// Of the live hosts, those that opened on their own windows and still
+    /// report the counts they opened with, and the calls they report.
+    pub alone_hosts: u32,
+    pub alone_calls: u64,
 }
 
 /// Length of the script's reply.
-pub const REPLY_LEN: usize = 20;
+pub const REPLY_LEN: usize = 22;
 
 fn state_of(code: i64) -> Option<State> {
     Some(match code {
@@ -143,6 +147,8 @@ impl Reply {
             granted: u32_at(15)?,
             passed: u32_at(16)?,
             failed: u32_at(17)?,
+            alone_hosts: u32_at(20)?,
+            alone_calls: u64_at(21)?,
         })
     }
 }
@@ -162,7 +168,7 @@ pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal
     match r.state {
         State::Closed => {
             let capacity = capacity.map(|c| c.saturating_mul(r.hosts.max(1)));
-            let reason = trip_reason(cfg, &r.counts, capacity)?;
+            let reason = trip_reason(cfg, &r.counts, capacity).or_else(|| quorum(cfg, r))?;
             at(State::Open, reason, cfg.open_duration, cfg.open_duration, 0)
         }
         State::Open if r.remaining == 0 => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, 0),
@@ -189,8 +195,28 @@ pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal
     }
 }
 
-/// What a host sends for one breaker, as the script's ARGV 5..18.
-pub const REPORT_LEN: usize = 14;
+/// Why the hosts that opened on their own windows open the fleet, if they
+/// do (docs/fleet.md, "When hosts open alone"): they carry at least
+/// `fleet_quorum` of the live hosts' reported calls, and number at least
+/// two once three or more hosts are live (one host cut off from the
+/// dependency among many opens nothing). The reason is the rate nearer its
+/// threshold in the fleet's sums.
+fn quorum(cfg: &Config, r: &Reply) -> Option<Reason> {
+    let hosts_needed = if r.hosts >= 3 { 2 } else { 1 };
+    let carried = r.alone_calls as f64 >= cfg.fleet_quorum * r.counts.total as f64;
+    if r.alone_hosts < hosts_needed || r.counts.total == 0 || !carried {
+        return None;
+    }
+    let c = &r.counts;
+    Some(if c.slow_call_rate() / cfg.slow_rate_threshold > c.error_rate() / cfg.error_rate_threshold {
+        Reason::SlowCallRate
+    } else {
+        Reason::ErrorRate
+    })
+}
+
+/// What a host sends for one breaker, as the script's ARGV 5..19.
+pub const REPORT_LEN: usize = 15;
 
 impl Breaker {
     /// Marks this breaker as a fleet breaker (manual actions go to the fleet).
@@ -217,6 +243,11 @@ impl Breaker {
         let f = &mut self.fleet;
         let free = f.syncer_pid == 0 || now.saturating_sub(f.syncer_beat) > stale;
         if f.syncer_pid == pid || free {
+            if f.syncer_pid != pid && f.syncer_pid != 0 {
+                // A new sender reports its own calls only (docs/fleet.md,
+                // "When hosts open alone").
+                f.alone = Maybe::none();
+            }
             f.syncer_pid = pid;
             f.syncer_beat = now;
             true
@@ -230,15 +261,29 @@ impl Breaker {
         self.fleet.syncer_pid
     }
 
-    /// What this host sends next (see [`REPORT_LEN`]): its window's counts,
-    /// its probes in the followed stage, and a command or proposal.
+    /// What this host sends next (see [`REPORT_LEN`]): its window's counts
+    /// (or, after it opened on its own window, the counts it opened with),
+    /// its probes in the followed stage, a command or proposal, and why it
+    /// opened alone (0: it did not).
     pub fn fleet_report<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
         cfg: &Config,
         now: Nanos,
     ) -> [i64; REPORT_LEN] {
-        let c = w.counts(now);
+        // Until the host leaves that opening or open_duration passes; never
+        // added to calls recorded since.
+        let generation = self.generation();
+        let alone = self
+            .fleet
+            .alone
+            .get()
+            .filter(|a| a.generation == generation && now.saturating_sub(a.at) < cfg.open_duration);
+        self.fleet.alone = alone.into();
+        let (c, alone) = match alone {
+            Some(a) => (a.counts, reason_code(a.reason)),
+            None => (w.counts(now), 0),
+        };
         self.fleet.command_sent = self.fleet.command_seq;
         let f = &self.fleet;
         let want = if f.following && self.state() == State::HalfOpen {
@@ -286,6 +331,7 @@ impl Breaker {
             ms(p.open_for),
             ms(p.open_base),
             i64::from(p.stage),
+            alone,
         ]
     }
 
@@ -307,12 +353,23 @@ impl Breaker {
             self.fleet.proposal = Maybe::none();
             return out;
         };
+        // The counts this host opened with have done their part once the
+        // fleet shows an opening it had not seen when it opened (cleared
+        // once `follow` has seen them).
+        let alone_done = self
+            .fleet
+            .alone
+            .get()
+            .is_some_and(|a| r.state == State::Open && (r.epoch != a.epoch || r.version > a.version));
         if r.pushed {
             // Only a newer state of the same fleet: a push may arrive
             // after this host's own reply showed a later one.
             if r.epoch == self.fleet.epoch && r.version > self.fleet.version {
                 self.fleet.version = r.version;
                 self.follow(w, cfg, &r, now, &mut out);
+            }
+            if alone_done {
+                self.fleet.alone = Maybe::none();
             }
             return out;
         }
@@ -347,6 +404,9 @@ impl Breaker {
             self.fleet.starved = 0;
         }
         self.fleet.proposal = decide(cfg, &r, w.capacity()).into();
+        if alone_done {
+            self.fleet.alone = Maybe::none();
+        }
         out
     }
 
@@ -381,7 +441,12 @@ impl Breaker {
                 // No fleet stage yet: a half-open reached by this host's own
                 // timer waits for the fleet's stage and its grants.
                 self.fleet.enter_stage(0);
-                let longer = mine == State::Open && self.remaining(now) >= r.remaining;
+                // A host's own opening alone stands for the fleet's it led
+                // to, decided a round trip or more later: following that
+                // would only lengthen it by the delay.
+                let generation = self.generation();
+                let alone = self.fleet.alone.get().is_some_and(|a| a.generation == generation);
+                let longer = mine == State::Open && (alone || self.remaining(now) >= r.remaining);
                 // Only an operator's trip! ends a forced open.
                 let forced = mine == State::ForcedOpen && reason != Some(Reason::Manual);
                 if !longer && !forced && r.remaining > 0 {

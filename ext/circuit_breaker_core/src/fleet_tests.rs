@@ -427,3 +427,149 @@ fn an_action_taken_while_a_send_is_in_flight_goes_out_with_the_next_send() {
     h.receive(&applied, 0);
     assert_eq!(h.report(0)[7], 0, "sent and answered");
 }
+
+impl Host {
+    fn call(&mut self, ok: bool, now: Nanos) {
+        if let Some(p) = self.admit(now) {
+            let o = if ok { Outcome::Success { duration_ns: 1.0e6 } } else { Outcome::Failure { duration_ns: 1.0e6 } };
+            self.b.complete(&mut self.w, &self.cfg, p, o, now);
+        }
+    }
+
+    /// A window of 100 successes, then failures until the host opens.
+    fn warm_then_trip(&mut self, now: Nanos) {
+        for _ in 0..100 {
+            self.call(true, now);
+        }
+        while self.state(now) == State::Closed {
+            self.call(false, now);
+        }
+    }
+}
+
+fn with_alone(mut v: [i64; REPLY_LEN], hosts: i64, calls: i64) -> [i64; REPLY_LEN] {
+    v[20] = hosts;
+    v[21] = calls;
+    v
+}
+
+#[test]
+fn a_host_that_opened_alone_reports_the_counts_it_opened_with_not_its_emptied_window() {
+    let mut h = Host::new(config(|o| o.open_duration = 10.0));
+    h.receive(&reply(1, State::Closed, 1, 0), 0);
+    h.warm_then_trip(0);
+    assert_eq!(h.state(0), State::Open);
+    let r = h.report(0);
+    assert_eq!((&r[..3], r[14]), (&[100, 50, 0][..], 1), "the window it opened with, error rate");
+    // Resent as it is while the opening lasts, never added to later calls.
+    h.b.record_unpermitted(&mut h.w, &h.cfg, Outcome::Failure { duration_ns: 1.0e6 }, SEC);
+    assert_eq!(h.report(9 * SEC), r);
+    // open_duration passed: its own (empty) window again.
+    let r = h.report(10 * SEC);
+    assert_eq!((&r[..3], r[14]), (&[0, 0, 0][..], 0));
+}
+
+#[test]
+fn a_host_stops_reporting_its_opening_once_the_fleet_opened_after_it() {
+    let mut h = Host::new(config(|_| {}));
+    h.receive(&reply(1, State::Closed, 1, 0), 0);
+    h.warm_then_trip(0);
+    assert_eq!(h.report(0)[14], 1);
+    // The fleet's state it followed when it opened, resent: still its counts.
+    h.receive(&reply(1, State::Closed, 1, 0), SEC / 10);
+    assert_eq!(h.report(SEC / 10)[14], 1);
+    let mut open = reply(2, State::Open, 2, 1);
+    open[6] = 30_000;
+    h.receive(&open, SEC / 5);
+    let r = h.report(SEC / 5);
+    assert_eq!((&r[..3], r[14]), (&[0, 0, 0][..], 0));
+}
+
+#[test]
+fn a_host_that_leaves_its_opening_stops_reporting_it() {
+    let mut h = Host::new(config(|_| {}));
+    h.warm_then_trip(0);
+    h.b.reset(&mut h.w, &h.cfg, SEC);
+    h.call(true, SEC);
+    let r = h.report(SEC);
+    assert_eq!((&r[..3], r[14]), (&[1, 0, 0][..], 0));
+}
+
+#[test]
+fn no_forked_child_or_new_shared_sender_inherits_an_opening_alone() {
+    let mut h = Host::new(config(|_| {}));
+    h.warm_then_trip(0);
+    let mut child = Host { b: h.b, w: window(), cfg: h.cfg.clone() };
+    child.b.after_fork();
+    assert_eq!(child.report(0)[14], 0, "the parent's to report");
+
+    assert!(h.b.fleet_claim(10, 0, SEC));
+    assert_eq!(h.report(0)[14], 1, "its sender keeps reporting it");
+    assert!(h.b.fleet_claim(11, 2 * SEC, SEC), "10 went silent");
+    assert_eq!(h.report(2 * SEC)[14], 0, "11 reports its own calls only");
+}
+
+#[test]
+fn a_host_without_a_fleet_or_tripped_by_hand_reports_no_opening_alone() {
+    let mut h = Host::new(config(|_| {}));
+    h.b.trip(&mut h.w, &h.cfg, 0);
+    assert_eq!(h.report(0)[14], 0, "trip! is a command, not an opening on its window");
+    let mut b = Breaker::new(1);
+    let mut w = window();
+    let cfg = config(|_| {});
+    for _ in 0..20 {
+        if let Decision::Allowed(p) = b.acquire(&mut w, &cfg, 0).0 {
+            b.complete(&mut w, &cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0);
+        }
+    }
+    assert_eq!(b.state(), State::Open);
+    assert!(b.fleet.alone.get().is_none());
+}
+
+#[test]
+fn the_fleet_opens_when_hosts_opened_alone_carry_the_quorum_of_its_calls() {
+    let cfg = config(|_| {});
+    // Two warm hosts: one opened alone (its 100 calls, 50 failed), the other
+    // still closed with 100 calls, 45 failed: the sum (95/200) is under the
+    // threshold, but half the calls are on a host that opened.
+    let closed = with_counts(reply(3, State::Closed, 3, 0), 200, 95, 2);
+    assert_eq!(decide(&cfg, &Reply::parse(&closed).unwrap(), Some(100)), None);
+    let p = decide(&cfg, &Reply::parse(&with_alone(closed, 1, 100)).unwrap(), Some(100)).expect("opens");
+    assert_eq!((p.state, p.reason, p.expected.get()), (State::Open, Reason::ErrorRate, Some(3)));
+    // Under the quorum: nothing.
+    let strict = config(|o| o.fleet_quorum = 0.6);
+    assert_eq!(decide(&strict, &Reply::parse(&with_alone(closed, 1, 100)).unwrap(), Some(100)), None);
+}
+
+#[test]
+fn one_host_cut_off_alone_among_three_or_more_opens_nothing() {
+    let cfg = config(|o| o.fleet_quorum = 0.3);
+    // Three live hosts; the one that opened carries 40 % of the calls.
+    let v = with_counts(reply(3, State::Closed, 3, 0), 250, 60, 3);
+    assert_eq!(decide(&cfg, &Reply::parse(&with_alone(v, 1, 100)).unwrap(), Some(100)), None);
+    // A second host that opened alone: the dependency is dead for more than one.
+    let p = decide(&cfg, &Reply::parse(&with_alone(v, 2, 200)).unwrap(), Some(100));
+    assert_eq!(p.map(|p| p.state), Some(State::Open));
+}
+
+#[test]
+fn a_slow_dependency_opens_the_fleet_for_slow_calls() {
+    let cfg = config(|_| {});
+    let mut v = with_counts(reply(3, State::Closed, 3, 0), 200, 0, 2);
+    v[12] = 120; // slow calls: 60 %, under 0.8, no failures
+    let p = decide(&cfg, &Reply::parse(&with_alone(v, 1, 100)).unwrap(), Some(100)).expect("opens");
+    assert_eq!(p.reason, Reason::SlowCallRate);
+}
+
+#[test]
+fn a_host_open_alone_keeps_its_own_opening_when_the_fleet_opens_after_it() {
+    let mut h = Host::new(config(|o| o.open_duration = 10.0));
+    h.receive(&reply(1, State::Closed, 1, 0), 0);
+    h.warm_then_trip(0);
+    // The fleet opened on its counts 4 s later (in this host's time).
+    let mut open = reply(2, State::Open, 2, 1);
+    open[6] = 10_000;
+    assert!(h.receive(&open, 4 * SEC).is_empty());
+    assert_eq!(h.b.remaining(4 * SEC), 6 * SEC);
+    assert_eq!(h.report(4 * SEC)[14], 0, "and stops reporting its opening");
+}

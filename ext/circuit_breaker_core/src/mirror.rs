@@ -7,6 +7,7 @@
 use crate::clock::Nanos;
 use crate::ramp::Verdict;
 use crate::states::{Reason, State};
+use crate::window::Counts;
 
 /// A value or nothing, as plain data: Rust's `Option` has a layout of
 /// Rust's own choosing, and what a shared file holds must have a pinned one.
@@ -67,6 +68,24 @@ pub struct Proposal {
     pub stage: u32,
 }
 
+/// An opening of this host on its own window (docs/fleet.md, "When hosts
+/// open alone"): the counts it opened with, sent instead of its emptied
+/// window while the opening lasts and the fleet has not opened since.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Alone {
+    pub counts: Counts,
+    pub reason: Reason,
+    /// When it opened (the host's clock), and the breaker's generation
+    /// then: any later change of the host's state ends it.
+    pub at: Nanos,
+    pub generation: u64,
+    /// The fleet state the host followed then: only a later fleet opening
+    /// ends it.
+    pub epoch: u64,
+    pub version: u64,
+}
+
 /// The host's side of a fleet breaker. Plain data, inside the breaker's
 /// record (so a `shared:` breaker has one per host).
 #[repr(C)]
@@ -101,6 +120,8 @@ pub struct HostSide {
     /// `shared:`), and when it last claimed it; 0: nobody yet.
     pub(crate) syncer_pid: u32,
     pub(crate) syncer_beat: Nanos,
+    /// This host's own opening, while its counts are still sent.
+    pub(crate) alone: Maybe<Alone>,
 }
 
 /// Adds the layout of [`HostSide`] (see `crate::shm::layout_hash`); keep
@@ -124,9 +145,12 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
             command_sent,
             proposal,
             syncer_pid,
-            syncer_beat
+            syncer_beat,
+            alone
         }
     );
+    let h = crate::hash_layout!(h, Maybe<Alone> { present, value });
+    let h = crate::hash_layout!(h, Alone { counts, reason, at, generation, epoch, version });
     let h = crate::hash_layout!(h, Maybe<Command> { present, value });
     let h = crate::hash_layout!(h, Maybe<Proposal> { present, value });
     let h = crate::hash_layout!(h, Maybe<u64> { present, value });
@@ -169,9 +193,19 @@ impl HostSide {
         }
     }
 
-    /// In a forked child's copy of a record: nobody sends for it yet.
+    /// In a forked child's copy of a record: nobody sends for it yet, and
+    /// the parent's opening is the parent's to report.
     pub(crate) fn after_fork(&mut self) {
         self.syncer_pid = 0;
+        self.alone = Maybe::none();
+    }
+
+    /// The host opened on its own window with `counts`.
+    pub(crate) fn opened_alone(&mut self, counts: Counts, reason: Reason, at: Nanos, generation: u64) {
+        if self.attached {
+            let (epoch, version) = (self.epoch, self.version);
+            self.alone = Some(Alone { counts, reason, at, generation, epoch, version }).into();
+        }
     }
 
     /// Only the fleet advances or restarts a stage it runs.

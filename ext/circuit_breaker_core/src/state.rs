@@ -592,6 +592,8 @@ impl Breaker {
         }
         if let Some(reason) = trip_reason(cfg, &w.counts(now), w.capacity()) {
             self.enter(State::Open, reason, w, cfg, now, out);
+            // A fleet host keeps reporting what it opened with (fleet.rs).
+            self.fleet.opened_alone(self.tripped, reason, now, self.generation);
         }
     }
 

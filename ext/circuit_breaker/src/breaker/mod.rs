@@ -274,6 +274,8 @@ impl Breaker {
             backoff: float("backoff")?,
             max_open_duration: opt_float("max_open_duration")?,
             jitter: float("jitter")?,
+            // nil (no fleet_quorum:): the core's default.
+            fleet_quorum: opt_float("fleet_quorum")?.unwrap_or(Options::default().fleet_quorum),
         };
         Config::new(&options).map_err(|e| config_error_given(ruby, e, |name| g(name).ok()))
     }
