@@ -115,12 +115,18 @@ for n = 1, #all, 2 do
   end
 end
 
--- This host: its grant only grows within a stage, and the sum never
--- exceeds the quota (a resent request asks for the same total: idempotent).
+-- This host: it holds what it asks for (the slots it used, and one per call
+-- that found none), up to the room the others leave, so the sum never exceeds
+-- the quota and unused slots go back (a resent request asks for the same
+-- total: idempotent).
 local in_stage = st.s == HALF_OPEN and args[8] == st.g
 if in_stage then
   local room = quota - granted - mine
-  if args[9] > mine and room > 0 then mine = mine + math.min(args[9] - mine, room) end
+  if args[9] < mine then
+    mine = args[9]
+  elseif args[9] > mine and room > 0 then
+    mine = mine + math.min(args[9] - mine, room)
+  end
 else
   mine = 0
 end

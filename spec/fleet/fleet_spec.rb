@@ -267,6 +267,30 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     expect(total).to be_between(1, 3)
   end
 
+  it "gives a stage's probe slots to whichever hosts ask: two hosts passing one probe each close the fleet" do
+    gate = ProcessGate.new
+    hosts = Array.new(2) do
+      Host.new(gate) do
+        breaker = fleet_breaker(half_open_calls: 2, open_duration: 0.3)
+        wait_for("connected") { breaker.metrics[:fleet] == :connected }
+        wait_for("tripped") { breaker.state != :closed }
+        # Calls until one is admitted as a probe and passes, then no more.
+        wait_for("a probe of this host's") do
+          breaker.call { :ok }
+        rescue CircuitBreaker::OpenError
+          false
+        end
+        wait_for("the fleet closed") { breaker.state == :closed && breaker.state }
+      end
+    end
+    gate.open!
+    operator = fleet_breaker(half_open_calls: 2, open_duration: 0.3)
+    wait_for("connected") { operator.metrics[:fleet] == :connected }
+    sleep 0.2 # the hosts connected too
+    operator.trip!
+    expect(hosts.map(&:result)).to eq(%i[closed closed])
+  end
+
   it "pushes a change to hosts between their sends, and again after the subscriber was killed" do
     # The follower's own sends are 10 s apart: it can only learn in time by push.
     follower = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 10)

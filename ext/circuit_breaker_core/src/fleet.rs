@@ -285,12 +285,20 @@ impl Breaker {
             None => (w.counts(now), 0),
         };
         self.fleet.command_sent = self.fleet.command_seq;
+        // In a fleet stage: the slots this host used, plus one for each call
+        // that found none since the last send. Slots granted and unused are
+        // given back (here at once, in Redis with this send), so they go to
+        // whichever hosts ask (docs/fleet.md, "Probes across hosts").
         let f = &self.fleet;
         let want = if f.following && self.state() == State::HalfOpen {
-            (f.granted.saturating_add(f.starved)).min(cfg.half_open_calls)
+            let used = f.passed.saturating_add(f.failed).saturating_add(self.probes_in_flight());
+            used.saturating_add(f.starved).min(cfg.half_open_calls)
         } else {
             0
         };
+        self.fleet.starved = 0;
+        self.fleet.granted = self.fleet.granted.min(want);
+        let f = &self.fleet;
         let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let ms = |n: Nanos| n / MS;
         let (kind, p) = match (f.command.get(), f.proposal.get()) {
@@ -401,7 +409,6 @@ impl Breaker {
         }
         if self.fleet.following && r.state == State::HalfOpen && r.generation == self.fleet.stage_generation {
             self.fleet.granted = r.granted_here;
-            self.fleet.starved = 0;
         }
         self.fleet.proposal = decide(cfg, &r, w.capacity()).into();
         if alone_done {
@@ -438,15 +445,19 @@ impl Breaker {
                 }
             }
             (State::Open, reason) => {
+                // A host's own opening alone stands for the fleet's it led
+                // to, decided a round trip or more later: following that
+                // would only lengthen it by the delay. The host keeps its
+                // own timer and its own probes, as an opening longer than
+                // the fleet's does (the `HalfOpen` arm below).
+                let generation = self.generation();
+                if mine == State::Open && self.fleet.alone.get().is_some_and(|a| a.generation == generation) {
+                    return;
+                }
                 // No fleet stage yet: a half-open reached by this host's own
                 // timer waits for the fleet's stage and its grants.
                 self.fleet.enter_stage(0);
-                // A host's own opening alone stands for the fleet's it led
-                // to, decided a round trip or more later: following that
-                // would only lengthen it by the delay.
-                let generation = self.generation();
-                let alone = self.fleet.alone.get().is_some_and(|a| a.generation == generation);
-                let longer = mine == State::Open && (alone || self.remaining(now) >= r.remaining);
+                let longer = mine == State::Open && self.remaining(now) >= r.remaining;
                 // Only an operator's trip! ends a forced open.
                 let forced = mine == State::ForcedOpen && reason != Some(Reason::Manual);
                 if !longer && !forced && r.remaining > 0 {

@@ -325,7 +325,9 @@ fn probes_across_hosts_never_exceed_the_quota() {
             let mut v = reply(5, State::HalfOpen, 5, 5);
             let want = if round == 0 { 0 } else { h.report(0)[4] as u32 };
             let others: u32 = grants.iter().sum::<u32>() - grants[i];
-            if want > grants[i] {
+            if want < grants[i] {
+                grants[i] = want;
+            } else if want > grants[i] {
                 grants[i] += (want - grants[i]).min(quota - others - grants[i]);
             }
             v[14] = i64::from(grants[i]);
@@ -572,4 +574,60 @@ fn a_host_open_alone_keeps_its_own_opening_when_the_fleet_opens_after_it() {
     assert!(h.receive(&open, 4 * SEC).is_empty());
     assert_eq!(h.b.remaining(4 * SEC), 6 * SEC);
     assert_eq!(h.report(4 * SEC)[14], 0, "and stops reporting its opening");
+}
+
+#[test]
+fn probe_slots_a_host_holds_unused_go_back_to_the_hosts_that_ask() {
+    let cfg = config(|o| o.half_open_calls = 2);
+    let (mut a, mut b) = (Host::new(cfg.clone()), Host::new(cfg));
+    let stage = |granted_here: i64, granted: i64, passed: i64| {
+        let mut v = reply(5, State::HalfOpen, 5, 5);
+        v[13] = 2;
+        (v[14], v[15], v[16]) = (granted_here, granted, passed);
+        v
+    };
+    a.receive(&stage(0, 0, 0), 0);
+    b.receive(&stage(0, 0, 0), 0);
+    // A's callers asked three times: it asks for both slots and gets them.
+    for _ in 0..3 {
+        assert!(a.admit(0).is_none());
+    }
+    assert_eq!(a.report(0)[4], 2);
+    a.receive(&stage(2, 2, 0), 0);
+    // One of its calls probes and passes; no other call comes.
+    let p = a.admit(0).unwrap();
+    a.b.complete(&mut a.w, &a.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
+    // B asks for one: none is free yet.
+    assert!(b.admit(0).is_none());
+    assert_eq!(b.report(0)[4], 1);
+    b.receive(&stage(0, 2, 1), 0);
+    // A's next send keeps the slot it used and gives the other back, at once.
+    assert_eq!(a.report(0)[4], 1);
+    assert!(a.admit(0).is_none(), "a slot given back is not used");
+    // B's next send gets it, and its probe passes: the fleet's stage has
+    // two passed probes of two, and closes.
+    assert!(b.admit(0).is_none());
+    assert_eq!(b.report(0)[4], 1);
+    b.receive(&stage(1, 2, 1), 0);
+    let p = b.admit(0).expect("the slot A gave back");
+    b.b.complete(&mut b.w, &b.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
+    let r = Reply::parse(&stage(1, 2, 2)).unwrap();
+    assert_eq!(decide(&b.cfg, &r, Some(100)).map(|p| p.state), Some(State::Closed));
+}
+
+#[test]
+fn a_host_that_kept_its_opening_alone_probes_on_its_own_when_it_ends() {
+    let mut h = Host::new(config(|o| {
+        o.open_duration = 10.0;
+        o.half_open_calls = 3;
+    }));
+    h.receive(&reply(1, State::Closed, 1, 0), 0);
+    h.warm_then_trip(0);
+    let mut open = reply(2, State::Open, 2, 1);
+    open[6] = 10_000;
+    h.receive(&open, SEC);
+    // Its own timer ends before the fleet's (Redis's clock, a round trip
+    // later): it probes with its own quota until the fleet moves.
+    assert_eq!(h.state(10 * SEC), State::HalfOpen);
+    assert_eq!((0..5).filter(|_| h.admit(10 * SEC).is_some()).count(), 3);
 }

@@ -103,7 +103,8 @@ pub struct HostSide {
     /// The fleet stage whose probes this host counts, and its slots.
     pub(crate) stage_generation: u64,
     pub(crate) granted: u32,
-    /// Calls that found no slot in the followed stage (they want one).
+    /// Calls that found no slot in the followed stage since the last send
+    /// (they want one).
     pub(crate) starved: u32,
     pub(crate) passed: u32,
     pub(crate) failed: u32,
