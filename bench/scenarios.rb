@@ -158,10 +158,23 @@ module Bench
       check(gem.state == :open && gem.metrics[:rejected] > rejected, "rejection: #{gem.metrics}")
       name = "open rejection (rescue OpenError)"
       met = ->(x) { Bench.ratio(x, r[:bare]) <= 1.0 }
+      # The same 100 frames down: a bare raise captures them all; the
+      # rejection's one-line backtrace does not grow (docs/performance.md).
+      deep = lambda do |body, receiver|
+        loop = Bench.plain(body, r: receiver)
+        ->(n) { Bench.at_depth(100) { loop.call(n) } }
+      end
+      d = Bench.measure({
+                          bare: deep.("begin; r.run { 1 }; rescue StandardError; end", Bare::Raise.new),
+                          gem: deep.("begin; r.call { 1 }; rescue CircuitBreaker::OpenError; end", gem)
+                        })
+      deep_name = "open rejection, 100 frames deep"
       [
         row(name, :bare, r[:bare], r[:bare], target: "baseline"),
         row(name, :article, r[:article], r[:bare], target: "≤ 1.0× bare", met: met.(r[:article])),
-        row(name, :gem, r[:gem], r[:bare], target: "≤ 1.0× bare", met: met.(r[:gem]))
+        row(name, :gem, r[:gem], r[:bare], target: "≤ 1.0× bare", met: met.(r[:gem])),
+        row(deep_name, :bare, d[:bare], d[:bare], target: "baseline"),
+        row(deep_name, :gem, d[:gem], d[:bare], target: "≤ 1.0× bare", met: Bench.ratio(d[:gem], d[:bare]) <= 1.0)
       ]
     end
 

@@ -24,5 +24,5 @@ end
 # 0: request failed
 # ...
 # 4: request failed
-# 5: rejected without a request (circuit is open; retry after 30.0s)
+# 5: rejected without a request (circuit is open)
 # ...

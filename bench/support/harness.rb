@@ -134,6 +134,12 @@ module Bench
 
   # The median over rounds of a's time / b's time in the same round: a
   # burst of load on the machine slows both sides of a round alike.
+  # Runs the block `depth` Ruby frames below the caller's: a raise then
+  # captures a backtrace that many frames longer.
+  def at_depth(depth, &block)
+    depth.zero? ? yield : at_depth(depth - 1, &block)
+  end
+
   def ratio(a, b)
     median(a.per_round.zip(b.per_round).map { |x, y| x / y })
   end

@@ -20,8 +20,12 @@ class CircuitBreaker
   class Failure < Error; end
 
   # A call was rejected because the breaker is open, forced open, or
-  # half-open with no probe slot for this call. Raised without a backtrace
-  # capture, so rejecting stays cheap during an outage.
+  # half-open with no probe slot for this call. Its message depends only on
+  # the breaker's name and state (`circuit "payments" is open`), so error
+  # trackers group every rejection of a breaker as one error; its backtrace
+  # is one line, the caller's frame outside the gem, set before raising: no
+  # backtrace capture, so rejecting stays cheap during an outage, at any
+  # stack depth.
   #
   # @example
   #   begin
@@ -30,12 +34,20 @@ class CircuitBreaker
   #     e.retry_after # => 12.4 (seconds until probes may be admitted)
   #   end
   class OpenError < Error
+    # What the gem's own files start with (lib/circuit_breaker.rb and
+    # lib/circuit_breaker/): a rejection's one-line backtrace is the first
+    # frame outside them, the caller's.
+    GEM_FILES = File.join(File.expand_path("..", __dir__), "circuit_breaker")
+    # The native library's cache of those lines, by call site.
+    BACKTRACE_LINES = {} # rubocop:disable Style/MutableConstant
+    private_constant :GEM_FILES, :BACKTRACE_LINES
+
     # @return [String, nil] the breaker's name
     attr_reader :breaker_name
     # @return [Symbol] :open, :half_open or :forced_open
     attr_reader :state
     # @return [Float, nil] seconds until the breaker may admit probes again
-    #   (0.0 in half-open, nil when forced open)
+    #   (at least 1.0 in half-open, nil when forced open)
     attr_reader :retry_after
 
     def initialize(message = nil, breaker_name: nil, state: :open, retry_after: nil)
@@ -46,7 +58,8 @@ class CircuitBreaker
       super(message)
     end
 
-    # @return [String] e.g. `circuit "payments" is open; retry after 12.4s`
+    # @return [String] e.g. `circuit "payments" is open`: the name and the
+    #   state only (the time to wait is {#retry_after})
     def to_s
       @message || default_message
     end
@@ -57,8 +70,8 @@ class CircuitBreaker
       circuit = @breaker_name ? "circuit #{@breaker_name.to_s.inspect}" : "circuit"
       case @state
       when :forced_open then "#{circuit} is forced open"
-      when :half_open then "#{circuit} is half-open and has no probe slot free; retry after #{format('%.1f', @retry_after.to_f)}s"
-      else "#{circuit} is open; retry after #{format('%.1f', @retry_after.to_f)}s"
+      when :half_open then "#{circuit} is half-open"
+      else "#{circuit} is open"
       end
     end
   end

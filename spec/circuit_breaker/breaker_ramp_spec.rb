@@ -43,7 +43,7 @@ RSpec.describe CircuitBreaker, "half-open ramp" do
       results = Array.new(8) { attempt(breaker) }
       expect(results).to eq(%i[ran rejected rejected rejected ran rejected rejected rejected])
       expect(rejected.map(&:state)).to all(eq(:half_open))
-      expect(rejected.map(&:retry_after)).to all(eq(0.0))
+      expect(rejected.map(&:retry_after)).to all(eq(1.0))
       expect(breaker.metrics[:rejected]).to eq(6)
     end
   end

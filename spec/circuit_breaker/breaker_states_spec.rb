@@ -99,7 +99,7 @@ RSpec.describe CircuitBreaker, "states" do
 
     it "is seen by `metrics`" do
       clock.advance(0.001)
-      expect(breaker.metrics).to include(state: :half_open, stage: 0, admit_share: 1.0, retry_after: 0.0)
+      expect(breaker.metrics).to include(state: :half_open, stage: 0, admit_share: 1.0, retry_after: 1.0)
     end
 
     it "is seen by `record_*` (which is then ignored: it has no permit)" do

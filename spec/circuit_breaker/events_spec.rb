@@ -133,7 +133,7 @@ RSpec.describe CircuitBreaker, "events" do
       2.times { expect(breaker.allow?).to be(true) } # both probe slots of the stage
       expect { breaker.call { :ran } }.to raise_error(CircuitBreaker::OpenError)
       2.times { breaker.record_success }
-      expect(rejections.map { |e| [e.state, e.retry_after] }).to eq([[:half_open, 0.0]])
+      expect(rejections.map { |e| [e.state, e.retry_after] }).to eq([[:half_open, 1.0]])
     end
 
     it "is not called for admitted calls" do

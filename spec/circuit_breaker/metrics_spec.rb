@@ -59,7 +59,7 @@ RSpec.describe CircuitBreaker, "#metrics" do
       expect(breaker.metrics.values_at(:state, :admit_share, :retry_after, :stage)).to eq([:forced_open, 0.0, nil, nil])
     end
 
-    it "half-open: admit_share ramp[stage], retry_after 0.0, stage the ramp index" do
+    it "half-open: admit_share ramp[stage], retry_after 1.0 (at least a second: docs/semantics.md), stage the ramp index" do
       open_it
       clock.advance(30)
       seen = []
@@ -68,7 +68,7 @@ RSpec.describe CircuitBreaker, "#metrics" do
         seen << m.values_at(:state, :stage, :admit_share, :retry_after)
         breaker.call { :probe } # passes the stage
       end
-      expect(seen).to eq(ramp.each_with_index.map { |share, i| [:half_open, i, share, 0.0] })
+      expect(seen).to eq(ramp.each_with_index.map { |share, i| [:half_open, i, share, 1.0] })
       expect(breaker.metrics.values_at(:state, :stage)).to eq([:closed, nil])
     end
   end

@@ -244,6 +244,18 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
       expect(upstream.requests).to eq(before)
     end
 
+    it "sends a half-open rejection's Retry-After as at least 1 second, never 0" do
+      conn = connection(fallback: 503)
+      breaker.trip!
+      clock.advance(30)
+      2.times { expect(breaker.allow?).to be(true) } # both probe slots taken
+
+      response = conn.get("/status/200")
+
+      expect([response.status, response.headers["Retry-After"]]).to eq([503, "1"])
+      2.times { breaker.record_success }
+    end
+
     it "refuses a status outside 100..599" do
       expect { described_class.new(nil, breaker: breaker, fallback: 700) }.to raise_error(ArgumentError, /100\.\.599/)
     end

@@ -323,6 +323,83 @@ pub fn kind_of<T: ReprValue>(obj: T, module: Raw) -> bool {
     unsafe { rb_sys::rb_obj_is_kind_of(raw(obj), module) != rb_sys::Qfalse as Raw }
 }
 
+/// The bytes of `v` when it is a String (without copying them), for as long
+/// as `v` lives.
+///
+/// # Safety
+/// `v` must be a live object kept alive (by the running stack) while the
+/// slice is used, and not be changed meanwhile.
+unsafe fn bytes<'a>(v: Raw) -> Option<&'a [u8]> {
+    // SAFETY: the caller's contract: a live object.
+    let s = magnus::RString::from_value(unsafe { Value::from_raw(v) })?;
+    // SAFETY: a live String's pointer and length; the caller keeps it
+    // alive and unchanged while the slice is used.
+    unsafe {
+        let (ptr, len) = (rb_sys::RSTRING_PTR(raw(s)), rb_sys::RSTRING_LEN(raw(s)));
+        Some(std::slice::from_raw_parts(ptr as *const u8, usize::try_from(len).unwrap_or(0)))
+    }
+}
+
+/// The innermost Ruby frame of this thread's stack whose file does not
+/// start with `skip`, and the line it is at; None when the innermost 14
+/// Ruby frames are all under `skip`. Reads frames without capturing a backtrace
+/// (`rb_profile_frames`, 2 frames then 12 more): its cost does not grow
+/// with the stack's depth.
+pub fn frame_outside(skip: &[u8]) -> Option<(Raw, i32)> {
+    for (start, limit) in [(0, 2), (2, 12)] {
+        let mut frames: [Raw; 12] = [0; 12];
+        let mut lines = [0 as std::os::raw::c_int; 12];
+        // SAFETY: the buffers hold `limit` entries or more; the frames are
+        // live objects of the running stack, read under the GVL.
+        let n = unsafe { rb_sys::rb_profile_frames(start, limit, frames.as_mut_ptr(), lines.as_mut_ptr()) };
+        for (&frame, &line) in frames.iter().zip(&lines).take(n.max(0) as usize) {
+            // SAFETY: `frame` is a frame rb_profile_frames returned just
+            // now; its path Strings live as long as its code, on the stack.
+            let path = unsafe { bytes(rb_sys::rb_profile_frame_path(frame)) };
+            // The gem's own frames are under `skip` (a required file's path
+            // is absolute: Ruby expands the load path).
+            match path {
+                Some(file) if line > 0 && !file.starts_with(skip) => return Some((frame, line)),
+                _ => {}
+            }
+        }
+        if n < limit {
+            return None;
+        }
+    }
+    None
+}
+
+/// A backtrace line for `frame` (from [`frame_outside`]) at `line`, in
+/// Ruby's own form: `path:line:in `label'`.
+pub fn frame_line(frame: Raw, line: i32) -> String {
+    // SAFETY: `frame` is a live frame of the running stack; its Strings are
+    // copied at once.
+    let (path, label) =
+        unsafe { (bytes(rb_sys::rb_profile_frame_path(frame)), bytes(rb_sys::rb_profile_frame_label(frame))) };
+    let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
+    format!("{}:{line}:in `{}'", text(path), text(label))
+}
+
+/// `hash[key]` for an Integer key that fits a Fixnum, without calling Ruby
+/// code (a Hash of Integer keys runs none) and without `rb_protect`.
+pub fn hash_fixnum_get(hash: magnus::RHash, key: i64) -> Option<Value> {
+    // SAFETY: a live Hash; the key is a Fixnum (the caller keeps it below
+    // 2^62), whose hash and eql? are the VM's own; Qundef marks a miss.
+    let v = unsafe { rb_sys::rb_hash_lookup2(raw(hash), rb_sys::rb_int2inum(key as isize), rb_sys::Qundef as Raw) };
+    (v != rb_sys::Qundef as Raw).then(|| {
+        // SAFETY: a value the Hash holds.
+        unsafe { Value::from_raw(v) }
+    })
+}
+
+/// A new Array holding `v` alone (one call, no `rb_protect`).
+pub fn array_of_one<T: ReprValue>(v: T) -> Value {
+    let item = raw(v);
+    // SAFETY: one live value; rb_ary_new_from_values copies it.
+    unsafe { Value::from_raw(rb_sys::rb_ary_new_from_values(1, &item)) }
+}
+
 /// A new instance of `class`, without running `initialize`.
 pub fn alloc(class: ExceptionClass) -> Value {
     // SAFETY: rb_obj_alloc on a live class returns a valid object.

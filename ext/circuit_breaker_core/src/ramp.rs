@@ -9,7 +9,11 @@
 //!
 //! The verdict comes as soon as it is certain: reopen when even all the
 //! remaining probes succeeding could not reach `reopen_rate`; advance or
-//! start over only once all `quota` probes have finished.
+//! start over only once all `quota` probes have finished. A stage starts
+//! over once between the two rates; the next round in a row that lands
+//! between them reopens (the state machine decides, from
+//! [`Stage::rounds_between`]), so a dependency that half works never keeps
+//! the breaker half-open for good.
 //!
 //! Probes in flight are kept in a few cohorts (probes admitted at one
 //! instant on one thread), so that each can time out `probe_timeout` after
@@ -90,6 +94,10 @@ pub struct Stage {
     cohorts: [Cohort; COHORTS],
     /// The tag the next cohort gets.
     next_tag: u32,
+    /// Rounds of this stage in a row that ended between `reopen_rate` and
+    /// `advance_rate` (0 in a new stage, and after a round that passed):
+    /// at 1, the next round between the rates reopens.
+    pub rounds_between: u32,
 }
 
 impl Stage {
@@ -107,6 +115,7 @@ impl Stage {
             failed: 0,
             cohorts: [Cohort::default(); COHORTS],
             next_tag: 1,
+            rounds_between: 0,
         }
     }
 
@@ -230,7 +239,19 @@ pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, reope
 pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
     let h = crate::hash_layout!(
         h,
-        Stage { index, entered_at, started_at, asked, issued, in_flight, succeeded, failed, cohorts, next_tag }
+        Stage {
+            index,
+            entered_at,
+            started_at,
+            asked,
+            issued,
+            in_flight,
+            succeeded,
+            failed,
+            cohorts,
+            next_tag,
+            rounds_between
+        }
     );
     crate::hash_layout!(h, Cohort { tag, admitted_at, thread, unsettled })
 }

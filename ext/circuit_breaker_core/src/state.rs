@@ -78,12 +78,19 @@ impl Permit {
     }
 }
 
+/// What a half-open rejection tells the caller to wait (docs/semantics.md):
+/// a probe slot frees when a probe finishes, at a time nobody knows, and
+/// "retry now" made clients retry in a loop (`Retry-After: 0`) against a
+/// breaker that was still rejecting.
+pub const HALF_OPEN_RETRY_AFTER: Nanos = 1_000_000_000;
+
 /// A rejected call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rejection {
     /// Open, half-open (no probe slot) or forced open.
     pub state: State,
-    /// Time until probes may be admitted: 0 in half-open, None when forced open.
+    /// Time until probes may be admitted: [`HALF_OPEN_RETRY_AFTER`] in
+    /// half-open, None when forced open.
     pub retry_after: Option<Nanos>,
 }
 
@@ -105,7 +112,7 @@ impl Decision {
             return Decision::Allowed(p);
         }
         let (state, retry_after) = match word & 7 {
-            w if w == State::HalfOpen as u64 => (State::HalfOpen, Some(0)),
+            w if w == State::HalfOpen as u64 => (State::HalfOpen, Some(HALF_OPEN_RETRY_AFTER)),
             w if w == State::ForcedOpen as u64 => (State::ForcedOpen, None),
             _ => (State::Open, Some(half_open_at.saturating_sub(now).max(0))),
         };
@@ -153,7 +160,8 @@ pub struct Metrics {
     /// Share of calls admitted now: 1.0 closed or disabled, 0.0 open or
     /// forced open, the stage's share in half-open.
     pub admit_share: f64,
-    /// Time until probes may be admitted: 0 unless open; None when forced open.
+    /// Time until probes may be admitted: 0 closed or disabled,
+    /// [`HALF_OPEN_RETRY_AFTER`] half-open; None when forced open.
     pub retry_after: Option<Nanos>,
 }
 
@@ -371,7 +379,7 @@ impl Breaker {
                     Some(cohort) => Decision::Allowed(Permit { generation, probe: true, cohort }),
                     None => {
                         self.fleet.starve();
-                        self.reject(State::HalfOpen, Some(0))
+                        self.reject(State::HalfOpen, Some(HALF_OPEN_RETRY_AFTER))
                     }
                 }
             }
@@ -609,13 +617,17 @@ impl Breaker {
     ) {
         // A stage advances only once it has lasted min_stage_duration; a
         // round that passes earlier starts the stage over (docs/semantics.md).
-        let Some(&Stage { index, entered_at, .. }) = self.stage() else { return };
+        let Some(&Stage { index, entered_at, rounds_between, .. }) = self.stage() else { return };
         let lasted = now >= entered_at.saturating_add(cfg.min_stage_duration);
         match verdict {
             Verdict::Pending => {}
             Verdict::Reopen => self.enter(State::Open, reopen_reason, w, cfg, now, out),
-            Verdict::Restart => self.new_round(now),
-            Verdict::Advance if !lasted => self.new_round(now),
+            // Between the rates a second round in a row: the dependency
+            // still fails too often to advance (docs/semantics.md), and
+            // starting over for good would keep rejecting most calls.
+            Verdict::Restart if rounds_between > 0 => self.enter(State::Open, reopen_reason, w, cfg, now, out),
+            Verdict::Restart => self.new_round(now, rounds_between + 1),
+            Verdict::Advance if !lasted => self.new_round(now, 0),
             Verdict::Advance if (index as usize) + 1 < cfg.ramp.len() => {
                 self.generation = self.generation.wrapping_add(1);
                 self.phase = Phase::HalfOpen(Stage::new(index + 1, now, now));
@@ -625,11 +637,14 @@ impl Breaker {
     }
 
     /// The stage starts over: a new round with a new generation, the same
-    /// share, a fresh quota, and the stage's entry time kept.
-    fn new_round(&mut self, now: Nanos) {
+    /// share, a fresh quota, and the stage's entry time kept;
+    /// `rounds_between` rounds in a row ended between the rates.
+    fn new_round(&mut self, now: Nanos, rounds_between: u32) {
         if let Some(&Stage { index, entered_at, .. }) = self.stage() {
             self.generation = self.generation.wrapping_add(1);
-            self.phase = Phase::HalfOpen(Stage::new(index, entered_at, now));
+            let mut stage = Stage::new(index, entered_at, now);
+            stage.rounds_between = rounds_between;
+            self.phase = Phase::HalfOpen(stage);
         }
     }
 
@@ -743,7 +758,9 @@ impl Breaker {
             Phase::Closed | Phase::Disabled => (None, 1.0, Some(0)),
             Phase::Open { .. } => (None, 0.0, Some(self.remaining(now))),
             Phase::ForcedOpen => (None, 0.0, None),
-            Phase::HalfOpen(stage) => (Some(stage.index), cfg.ramp_shares[stage.index as usize], Some(0)),
+            Phase::HalfOpen(stage) => {
+                (Some(stage.index), cfg.ramp_shares[stage.index as usize], Some(HALF_OPEN_RETRY_AFTER))
+            }
         };
         let tripped = matches!(self.phase, Phase::Open { .. } | Phase::HalfOpen(_)).then_some(self.tripped);
         Metrics {

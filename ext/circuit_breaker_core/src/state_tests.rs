@@ -201,12 +201,12 @@ fn a_breaker_opens_probes_reopens_longer_then_recovers_step_by_step() {
     let m = only(&t).metrics;
     assert_eq!(
         (m.state, m.stage, m.admit_share, m.retry_after, m.counters.rejected),
-        (HalfOpen, Some(0), 0.5, Some(0), 1)
+        (HalfOpen, Some(0), 0.5, Some(HALF_OPEN_RETRY_AFTER), 1)
     );
     assert_eq!(m.tripped, open_metrics.tripped);
     let Decision::Allowed(p1) = d else { panic!("first call of a stage rejected: {d:?}") };
     assert!(p1.probe);
-    assert_eq!(r.rejection(half), Rejection { state: HalfOpen, retry_after: Some(0) });
+    assert_eq!(r.rejection(half), Rejection { state: HalfOpen, retry_after: Some(HALF_OPEN_RETRY_AFTER) });
     let p2 = r.permit(half);
     // Both probes of the stage are out: even the call on the beat waits.
     assert!(!r.admitted(half));
@@ -382,7 +382,7 @@ fn issue_stage(r: &mut Rig, now: Nanos, tenths: u64) -> Vec<Permit> {
                 true
             }
             Decision::Rejected(rej) => {
-                assert_eq!(rej, Rejection { state: HalfOpen, retry_after: Some(0) });
+                assert_eq!(rej, Rejection { state: HalfOpen, retry_after: Some(HALF_OPEN_RETRY_AFTER) });
                 false
             }
         };
@@ -442,6 +442,53 @@ fn a_stage_between_the_two_rates_starts_over() {
         r.complete(p, OK, now);
     }
     assert_eq!(r.metrics(now).stage, Some(1));
+}
+
+#[test]
+fn a_second_round_in_a_row_between_the_two_rates_reopens() {
+    let mut r = gradual();
+    let now = r.half_open(0);
+    // 17 of 20 = 85 %, twice: the first round starts over, the second reopens.
+    for round in 0..2 {
+        let permits = issue_stage(&mut r, now, 1);
+        let mut seen = Vec::new();
+        for (i, p) in permits.into_iter().enumerate() {
+            seen.extend(changes(&r.complete(p, if i < 3 { FAIL } else { OK }, now)));
+        }
+        if round == 0 {
+            assert!(seen.is_empty(), "{seen:?}");
+            assert_eq!(r.metrics(now).stage, Some(0));
+        } else {
+            assert_eq!(seen, [(HalfOpen, Open, ProbeFailed)]);
+        }
+    }
+}
+
+#[test]
+fn a_round_that_passes_between_two_rounds_between_the_rates_keeps_the_stage() {
+    // Rounds of 4 probes; a stage lasts at least 10 s, so a round that
+    // passes earlier starts it over too, and breaks the streak.
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 1.0;
+        o.half_open_calls = 4;
+        o.advance_rate = 1.0;
+        o.reopen_rate = Some(0.5);
+        o.min_stage_duration = 10.0;
+    });
+    let now = r.half_open(0);
+    let round = |r: &mut Rig, failures: usize| -> Vec<(State, State, Reason)> {
+        let permits: Vec<Permit> = (0..4).map(|_| r.permit(now)).collect();
+        permits
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, p)| changes(&r.complete(p, if i < failures { FAIL } else { OK }, now)))
+            .collect()
+    };
+    assert!(round(&mut r, 1).is_empty(), "3 of 4: between the rates, once");
+    assert!(round(&mut r, 0).is_empty(), "passed before min_stage_duration: a new round");
+    assert!(round(&mut r, 1).is_empty(), "between the rates, once again");
+    assert_eq!(round(&mut r, 1), [(HalfOpen, Open, ProbeFailed)], "twice in a row");
 }
 
 #[test]
@@ -995,7 +1042,7 @@ fn metrics_describe_each_state() {
     let expected = [
         (Closed, None, 1.0, Some(0)),
         (Open, None, 0.0, Some(6 * SEC)),
-        (HalfOpen, Some(0), 1.0, Some(0)),
+        (HalfOpen, Some(0), 1.0, Some(HALF_OPEN_RETRY_AFTER)),
         (ForcedOpen, None, 0.0, None),
         (Disabled, None, 1.0, Some(0)),
     ];
@@ -1013,7 +1060,7 @@ fn metrics_describe_each_state() {
         r.complete(p, OK, now);
     }
     let m = r.metrics(now);
-    assert_eq!((m.stage, m.admit_share, m.retry_after), (Some(1), 0.3, Some(0)));
+    assert_eq!((m.stage, m.admit_share, m.retry_after), (Some(1), 0.3, Some(HALF_OPEN_RETRY_AFTER)));
 }
 
 #[test]

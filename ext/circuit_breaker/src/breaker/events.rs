@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use circuit_breaker_core::{Decision, Outcome, Rejection, Transitions};
 use magnus::{
     typed_data::Obj,
-    value::{LazyId, OpaqueId, ReprValue},
-    Error, Exception, ExceptionClass, Ruby, Value,
+    value::{Lazy, LazyId, OpaqueId, ReprValue},
+    Error, Exception, ExceptionClass, RHash, RString, Ruby, Value,
 };
 
 use crate::cruby;
@@ -22,6 +22,53 @@ static ID_RETRY_AFTER: LazyId = LazyId::new("@retry_after");
 static ID_SET_BACKTRACE: LazyId = LazyId::new("set_backtrace");
 static ID_TRANSITION: LazyId = LazyId::new("__transition");
 static ID_REJECTED: LazyId = LazyId::new("__rejected");
+
+/// Where the gem's Ruby files are (`OpenError::GEM_FILES`, set by
+/// lib/circuit_breaker/errors.rb): their frames are left out of a
+/// rejection's backtrace.
+fn gem_files(class: ExceptionClass) -> Result<&'static str, Error> {
+    static FILES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(files) = FILES.get() {
+        return Ok(files);
+    }
+    let files: String = magnus::Module::const_get(class, "GEM_FILES")?;
+    Ok(FILES.get_or_init(|| files))
+}
+
+/// Lines already made, by call site (`OpenError::BACKTRACE_LINES`, a Hash
+/// the constant keeps alive): a rejection at a site seen before allocates
+/// no new text (rejection is a hot path during an outage,
+/// docs/performance.md).
+static BACKTRACE_LINES: Lazy<RHash> = Lazy::new(|ruby| {
+    let class: ExceptionClass = ruby.get_inner(&OPEN_ERROR);
+    magnus::Module::const_get(class, "BACKTRACE_LINES").unwrap_or_else(|_| ruby.hash_new())
+});
+
+/// The rejection's one backtrace line: the caller's frame outside the gem
+/// (None when none is found), the cached frozen String of that call site.
+fn backtrace_line(ruby: &Ruby, class: ExceptionClass) -> Result<Option<RString>, Error> {
+    let Some((frame, line)) = cruby::frame_outside(gem_files(class)?.as_bytes()) else { return Ok(None) };
+    // A Fixnum key: the frame's address (below 2^47, 8-aligned) and the
+    // line (below 2^17) never overlap. A frame moved by compaction gets a
+    // new key; the cache is bounded.
+    let key = ((frame >> 3) & ((1 << 44) - 1)) | ((line.max(0) as u64 & ((1 << 17) - 1)) << 44);
+    let cache = ruby.get_inner(&BACKTRACE_LINES);
+    let text = match cruby::hash_fixnum_get(cache, key as i64) {
+        Some(v) => {
+            RString::from_value(v).ok_or_else(|| arg_error(ruby, "OpenError's line cache holds a non-String".into()))?
+        }
+        None => {
+            let text = ruby.str_new(&cruby::frame_line(frame, line));
+            text.freeze();
+            if cache.len() >= 1024 {
+                cache.clear()?;
+            }
+            cache.aset(key as i64, text)?;
+            text
+        }
+    };
+    Ok(Some(text))
+}
 
 impl Inner {
     /// Whether a rejection has listeners (`on_reject`, ActiveSupport).
@@ -78,11 +125,17 @@ impl Breaker {
             let id: OpaqueId = **id;
             cruby::ivar_set(ex, magnus::value::IntoId::into_id_with(id, ruby), v);
         }
-        // A backtrace set beforehand spares Ruby capturing one at raise.
-        // Its own empty Array: callers change backtraces in place (RSpec's
-        // failure report filters it with reject!), so one shared frozen
-        // Array made them raise FrozenError.
-        ex.funcall::<_, _, Value>(*ID_SET_BACKTRACE, (ruby.ary_new(),))?;
+        // A backtrace set beforehand spares Ruby capturing one at raise:
+        // one line, the caller's frame outside the gem, so error trackers
+        // locate and group the rejection at no cost that grows with the
+        // stack (docs/operating.md). Its own Array: callers change
+        // backtraces in place (RSpec's failure report filters it with
+        // reject!), so one shared frozen Array made them raise FrozenError.
+        let backtrace = match backtrace_line(ruby, class)? {
+            Some(line) => cruby::array_of_one(line),
+            None => ruby.ary_new().as_value(),
+        };
+        ex.funcall::<_, _, Value>(*ID_SET_BACKTRACE, (backtrace,))?;
         Ok(ex)
     }
 

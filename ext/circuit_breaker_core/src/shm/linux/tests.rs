@@ -232,7 +232,7 @@ fn without_the_lock_closed_admits_open_rejects_and_half_open_refuses() {
     };
     assert_eq!(rejected(word(State::Open, 2), 30 * sec, 10 * sec), (State::Open, Some(20 * sec)));
     assert_eq!(rejected(word(State::Open, 2), 30 * sec, 40 * sec), (State::Open, Some(0)));
-    assert_eq!(rejected(word(State::HalfOpen, 3), 0, 0), (State::HalfOpen, Some(0)));
+    assert_eq!(rejected(word(State::HalfOpen, 3), 0, 0), (State::HalfOpen, Some(crate::state::HALF_OPEN_RETRY_AFTER)));
     assert_eq!(rejected(word(State::ForcedOpen, 4), 0, 0), (State::ForcedOpen, None));
     assert_eq!(State::published(word(State::HalfOpen, 9)), State::HalfOpen);
 }
