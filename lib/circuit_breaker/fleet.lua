@@ -12,17 +12,20 @@
 --       14 state, 15 reason, 16 open for (ms), 17 backed-off open length (ms), 18 stage,
 --       19 why the host opened on its own window (0: it did not; then 5..7 are
 --          the counts it opened with),
---       20 the channel a change is published on (pushed to every host).
+--       20 the reset generation its counts follow (counted only if it is the
+--          fleet's: counts sent before a reset! never count after it),
+--       21 the channel a change is published on (pushed to every host).
 -- Reply: {1, epoch, version, state, generation, reason, open remaining (ms),
 --         backed-off open length (ms), stage, stage elapsed (ms),
 --         total, failures, slow calls, live hosts, slots granted to this host,
 --         slots granted in all, probes passed, probes failed, applied,
---         round elapsed (ms), live hosts that opened alone, their calls}
+--         round elapsed (ms), live hosts that opened alone, their calls,
+--         reset generation}
 -- A change that was applied is also published: the same reply with 2 in
 -- front (pushed, not an answer to the receiver's send) and no grant.
 -- Or {-1} when a key held something malformed (it is deleted; the next
 -- send rebuilds it).
-local HALF_OPEN, OPEN = 2, 1
+local CLOSED, OPEN, HALF_OPEN = 0, 1, 2
 local hosts, state = KEYS[1], KEYS[2]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -34,7 +37,7 @@ local function int(x)
 end
 
 local args = {}
-for k = 2, 19 do
+for k = 2, 20 do
   args[k] = int(ARGV[k])
   if args[k] == nil then return redis.error_reply('circuit_breaker: bad argument ' .. k) end
 end
@@ -48,7 +51,7 @@ local f = {'e', 'v', 's', 'g', 'r', 'u', 'b', 'i', 't'}
 local raw = redis.call('HMGET', state, unpack(f))
 local st = {}
 if raw[1] == false then
-  st = {e = now, v = 0, s = 0, g = 0, r = 0, u = 0, b = 0, i = 0, t = now, rt = now}
+  st = {e = now, v = 0, s = 0, g = 0, r = 0, u = 0, b = 0, i = 0, t = now, rt = now, rg = 0}
 else
   for n, name in ipairs(f) do
     st[name] = int(raw[n])
@@ -57,9 +60,10 @@ else
       return {-1}
     end
   end
-  local rt = redis.call('HGET', state, 'rt')
+  local rt, rg = unpack(redis.call('HMGET', state, 'rt', 'rg'))
   st.rt = rt and int(rt) or st.t
-  if st.rt == nil then
+  st.rg = rg and int(rg) or 0 -- missing before resets had generations
+  if st.rt == nil or st.rg == nil then
     redis.call('DEL', state)
     return {-1}
   end
@@ -78,10 +82,12 @@ if kind == 2 or (kind == 1 and args[13] == st.v) then
   if not same_stage then st.t = now end
   st.rt = now
   st.u = (st.s == OPEN) and (now + args[16]) or 0
+  -- reset!: a new count generation.
+  if kind == 2 and st.s == CLOSED then st.rg = st.g end
   applied = 1
 end
 redis.call('HSET', state, 'e', st.e, 'v', st.v, 's', st.s, 'g', st.g, 'r', st.r,
-  'u', st.u, 'b', st.b, 'i', st.i, 't', st.t, 'rt', st.rt)
+  'u', st.u, 'b', st.b, 'i', st.i, 't', st.t, 'rt', st.rt, 'rg', st.rg)
 redis.call('PEXPIRE', state, key_ttl)
 
 -- The other live hosts' reports; stale ones are dropped.
@@ -104,9 +110,12 @@ for n = 1, #all, 2 do
     if in_stage then mine = v[7] end
   elseif now - v[1] <= host_ttl then
     live = live + 1
-    total, failures, slow = total + v[2], failures + v[3], slow + v[4]
-    -- A 10th word (why the host opened alone) is missing from an older gem's report.
-    if (v[10] or 0) > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + v[2] end
+    -- A 10th word (why the host opened alone) and an 11th (its reset
+    -- generation) are missing from an older gem's report.
+    if (v[11] or 0) == st.rg then
+      total, failures, slow = total + v[2], failures + v[3], slow + v[4]
+      if (v[10] or 0) > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + v[2] end
+    end
     if in_stage then
       granted, passed, failed = granted + v[7], passed + v[8], failed + v[9]
     end
@@ -131,10 +140,12 @@ else
   mine = 0
 end
 redis.call('HSET', hosts, me, table.concat({now, args[5], args[6], args[7], args[8], args[9], mine,
-  args[10], args[11], args[19]}, ' '))
+  args[10], args[11], args[19], args[20]}, ' '))
 redis.call('PEXPIRE', hosts, key_ttl)
-total, failures, slow = total + args[5], failures + args[6], slow + args[7]
-if args[19] > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + args[5] end
+if args[20] == st.rg then
+  total, failures, slow = total + args[5], failures + args[6], slow + args[7]
+  if args[19] > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + args[5] end
+end
 if in_stage then
   granted, passed, failed = granted + mine, passed + args[10], failed + args[11]
 end
@@ -143,10 +154,10 @@ local remaining = 0
 if st.s == OPEN then remaining = math.max(st.u - now, 0) end
 local reply = {1, st.e, st.v, st.s, st.g, st.r, remaining, st.b, st.i, now - st.t,
   total, failures, slow, live, mine, granted, passed, failed, applied, now - st.rt,
-  alone_hosts, alone_calls}
+  alone_hosts, alone_calls, st.rg}
 if applied == 1 then
   local pushed = {unpack(reply)}
   pushed[1], pushed[15] = 2, 0
-  redis.call('PUBLISH', ARGV[20], table.concat(pushed, ' '))
+  redis.call('PUBLISH', ARGV[21], table.concat(pushed, ' '))
 end
 return reply

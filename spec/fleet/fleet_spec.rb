@@ -267,6 +267,73 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     expect(total).to be_between(1, 3)
   end
 
+  describe "an operator's action from any state" do
+    # Two hosts that acknowledge each state they reach on a pipe, and an
+    # operator breaker in this process.
+    def hosts_acknowledging(options, &steps)
+      gate = ProcessGate.new
+      acks_r, acks_w = IO.pipe
+      acks_w.sync = true
+      hosts = Array.new(2) do
+        Host.new(gate) do
+          acks_r.close
+          breaker = fleet_breaker(**options)
+          wait_for("connected") { breaker.metrics[:fleet] == :connected }
+          acks_w.puts("connected")
+          steps.call(breaker, ->(what) { acks_w.puts(what) })
+        end
+      end
+      acks_w.close
+      gate.open!
+      [hosts, acks_r]
+    end
+
+    def expect_acks(reader, what, count = 2)
+      count.times do
+        raise "no acknowledgement of #{what} within #{DEADLINE}s" unless reader.wait_readable(DEADLINE)
+
+        expect(reader.gets&.chomp).to eq(what)
+      end
+    end
+
+    it "brings reset! during the fleet's half-open to every host" do
+      options = { open_duration: 0.3, half_open_calls: 2 }
+      hosts, acks = hosts_acknowledging(options) do |breaker, ack|
+        wait_for("half-open") { breaker.state == :half_open }
+        ack.("half_open")
+        wait_for("closed by the operator") { breaker.state == :closed && breaker.state }
+      end
+      operator = fleet_breaker(**options)
+      wait_for("connected") { operator.metrics[:fleet] == :connected }
+      expect_acks(acks, "connected")
+      operator.trip!
+      expect_acks(acks, "half_open")
+      operator.reset!
+      expect(hosts.map(&:result)).to eq(%i[closed closed])
+    end
+
+    it "brings reset! after disable! and failing calls to every host, which stay closed" do
+      options = { min_calls: 10 }
+      hosts, acks = hosts_acknowledging(options) do |breaker, ack|
+        wait_for("disabled") { breaker.state == :disabled }
+        20.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+        ack.("failed")
+        wait_for("closed by the operator") { breaker.state == :closed }
+        sleep 0.5 # ten intervals: the failures recorded while disabled must not open the fleet
+        breaker.state
+      end
+      operator = fleet_breaker(**options)
+      wait_for("connected") { operator.metrics[:fleet] == :connected }
+      expect_acks(acks, "connected")
+      operator.disable!
+      expect_acks(acks, "failed")
+      sleep 0.2 # their failures reach Redis
+      operator.reset!
+      expect(hosts.map(&:result)).to eq(%i[closed closed])
+      expect(operator.state).to eq(:closed)
+    end
+  end
+
   it "gives a stage's probe slots to whichever hosts ask: two hosts passing one probe each close the fleet" do
     gate = ProcessGate.new
     hosts = Array.new(2) do

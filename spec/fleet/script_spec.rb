@@ -10,9 +10,10 @@ RSpec.describe "The fleet script", :redis do
 
   # One send of host "h" (ARGV as lib/circuit_breaker/fleet.lua lists them);
   # returns the reply.
-  def send_report(kind: 0, expected: -1, state: 0, stage: 0, host: "h", total: 0, alone: 0)
+  def send_report(kind: 0, expected: -1, state: 0, stage: 0, host: "h", total: 0, alone: 0, reset: 0)
     redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, host, 1_000, 60_000, 2,
-                         total, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, alone, "#{tag}:changed")
+                         total, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, alone, reset,
+                         "#{tag}:changed")
   end
 
   # Moves the stage's start (and the round's, unless `round: false`) `ms` back.
@@ -46,5 +47,15 @@ RSpec.describe "The fleet script", :redis do
     reply = send_report(host: "b", total: 60)
     expect(reply.size).to eq(CircuitBreaker::Fleet::REPLY_LEN)
     expect([reply[10], reply[13], reply[20], reply[21]]).to eq([200, 3, 1, 100])
+  end
+
+  it "counts after a reset! only the reports made since it" do
+    send_report(host: "a", total: 30)
+    reply = send_report(host: "op", kind: 2, state: 0) # reset!: a command to closed
+    reset = reply[22]
+    expect(reset).to be > 0
+    expect(reply[10]).to eq(0) # a's 30 calls were reported before it
+    expect(send_report(host: "a", total: 30)[10]).to eq(0) # resent before a followed it
+    expect(send_report(host: "a", total: 5, reset: reset)[10]).to eq(5)
   end
 end

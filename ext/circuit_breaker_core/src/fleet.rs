@@ -76,10 +76,13 @@ pub struct Reply {
     /// report the counts they opened with, and the calls they report.
     pub alone_hosts: u32,
     pub alone_calls: u64,
+    /// The fleet's generation of the last `reset!`: the script counts only
+    /// reports made in it (docs/fleet.md, "What each host sends").
+    pub reset_generation: u64,
 }
 
 /// Length of the script's reply.
-pub const REPLY_LEN: usize = 22;
+pub const REPLY_LEN: usize = 23;
 
 fn state_of(code: i64) -> Option<State> {
     Some(match code {
@@ -149,6 +152,7 @@ impl Reply {
             failed: u32_at(17)?,
             alone_hosts: u32_at(20)?,
             alone_calls: u64_at(21)?,
+            reset_generation: u64_at(22)?,
         })
     }
 }
@@ -215,8 +219,8 @@ fn quorum(cfg: &Config, r: &Reply) -> Option<Reason> {
     })
 }
 
-/// What a host sends for one breaker, as the script's ARGV 5..19.
-pub const REPORT_LEN: usize = 15;
+/// What a host sends for one breaker, as the script's ARGV 5..20.
+pub const REPORT_LEN: usize = 16;
 
 impl Breaker {
     /// Marks this breaker as a fleet breaker (manual actions go to the fleet).
@@ -263,8 +267,8 @@ impl Breaker {
 
     /// What this host sends next (see [`REPORT_LEN`]): its window's counts
     /// (or, after it opened on its own window, the counts it opened with),
-    /// its probes in the followed stage, a command or proposal, and why it
-    /// opened alone (0: it did not).
+    /// its probes in the followed stage, a command or proposal, why it
+    /// opened alone (0: it did not), and the `reset!` its counts follow.
     pub fn fleet_report<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
@@ -340,6 +344,7 @@ impl Breaker {
             ms(p.open_base),
             i64::from(p.stage),
             alone,
+            int(f.reset_generation),
         ]
     }
 
@@ -375,6 +380,10 @@ impl Breaker {
             if r.epoch == self.fleet.epoch && r.version > self.fleet.version {
                 self.fleet.version = r.version;
                 self.follow(w, cfg, &r, now, &mut out);
+                // Its own reset!'s push, ahead of the reply: the window
+                // was emptied when the action was taken.
+                let own = self.fleet.command.is_some();
+                self.count_from_reset(w, &r, own);
             }
             if alone_done {
                 self.fleet.alone = Maybe::none();
@@ -387,6 +396,7 @@ impl Breaker {
         // fleet has not moved since: the version it saw before is no reason
         // to keep ignoring it (docs/fleet.md, "Degraded mode").
         let rejoined = !self.fleet.connected && matches!(r.state, State::Open | State::HalfOpen);
+        let new_epoch = r.epoch != self.fleet.epoch;
         self.fleet.connected = true;
         // The reply to this host's own manual action: the script applied
         // it and answered with the state it made, which this host entered
@@ -407,6 +417,9 @@ impl Breaker {
                 self.follow(w, cfg, &r, now, &mut out);
             }
         }
+        // A host new to this fleet state (first reply, rebuilt key) was
+        // never counted before its resets.
+        self.count_from_reset(w, &r, own || new_epoch);
         if self.fleet.following && r.state == State::HalfOpen && r.generation == self.fleet.stage_generation {
             self.fleet.granted = r.granted_here;
         }
@@ -415,6 +428,19 @@ impl Breaker {
             self.fleet.alone = Maybe::none();
         }
         out
+    }
+
+    /// Counts from the fleet's last `reset!` on: a host that has not
+    /// emptied its window for it (it was away, or the reset came between
+    /// its report and its reply) empties it now, unless `emptied` (its own
+    /// reset!, or a fleet it joins afresh), and its reports count again.
+    fn count_from_reset<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, r: &Reply, emptied: bool) {
+        if r.reset_generation != self.fleet.reset_generation {
+            if !emptied {
+                w.reset();
+            }
+            self.fleet.reset_generation = r.reset_generation;
+        }
     }
 
     /// The host's answer to a new fleet state (docs/fleet.md, "How a host

@@ -631,3 +631,47 @@ fn a_host_that_kept_its_opening_alone_probes_on_its_own_when_it_ends() {
     assert_eq!(h.state(10 * SEC), State::HalfOpen);
     assert_eq!((0..5).filter(|_| h.admit(10 * SEC).is_some()).count(), 3);
 }
+
+fn with_reset(mut v: [i64; REPLY_LEN], generation: i64) -> [i64; REPLY_LEN] {
+    v[22] = generation;
+    v
+}
+
+#[test]
+fn counts_follow_the_fleets_last_reset_and_a_host_that_missed_one_empties_its_window() {
+    let mut h = Host::new(config(|o| o.min_calls = 1_000));
+    // A fleet it joins afresh: its calls so far count.
+    h.call(false, 0);
+    h.receive(&with_reset(reply(4, State::Closed, 4, 4), 4), 0);
+    let r = h.report(0);
+    assert_eq!((r[0], r[15]), (1, 4));
+    // Disabled, failing calls recorded; then another host's reset! (pushed).
+    h.receive(&with_reset(reply(5, State::Disabled, 5, 7), 4), 0);
+    h.call(false, 0);
+    assert_eq!(h.report(0)[0], 2);
+    let mut push = with_reset(reply(6, State::Closed, 6, 7), 6);
+    push[0] = 2;
+    h.receive(&push, 0);
+    assert_eq!(h.state(0), State::Closed);
+    let r = h.report(0);
+    assert_eq!((r[0], r[15]), (0, 6), "emptied, and counted from that reset on");
+    // Away meanwhile (a failed send), it missed a reset and the fleet moved on.
+    h.call(false, 0);
+    h.b.fleet_receive(&mut h.w, &h.cfg, None, 0);
+    h.call(false, 0);
+    h.receive(&with_reset(reply(9, State::Closed, 9, 1), 8), 0);
+    let r = h.report(0);
+    assert_eq!((r[0], r[15]), (0, 8), "counts sent before it never count after it");
+}
+
+#[test]
+fn the_echo_of_a_hosts_own_reset_keeps_the_calls_recorded_since_in_the_new_generation() {
+    let mut h = Host::new(config(|o| o.min_calls = 1_000));
+    h.receive(&with_reset(reply(1, State::Closed, 1, 0), 0), 0);
+    h.b.reset(&mut h.w, &h.cfg, 0);
+    h.report(0);
+    h.call(false, 0);
+    h.receive(&with_reset(reply(2, State::Closed, 2, 7), 2), 0);
+    let r = h.report(0);
+    assert_eq!((r[0], r[15]), (1, 2));
+}

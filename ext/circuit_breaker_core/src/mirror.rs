@@ -123,6 +123,9 @@ pub struct HostSide {
     pub(crate) syncer_beat: Nanos,
     /// This host's own opening, while its counts are still sent.
     pub(crate) alone: Maybe<Alone>,
+    /// The fleet generation of the last `reset!` this host's window
+    /// follows (its reports count only in it).
+    pub(crate) reset_generation: u64,
 }
 
 /// Adds the layout of [`HostSide`] (see `crate::shm::layout_hash`); keep
@@ -147,7 +150,8 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
             proposal,
             syncer_pid,
             syncer_beat,
-            alone
+            alone,
+            reset_generation
         }
     );
     let h = crate::hash_layout!(h, Maybe<Alone> { present, value });
