@@ -46,7 +46,8 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
     expect(out).to include("2 examples, 0 failures")
   end
 
-  it "keeps Rails' parallel workers (forked, no TEST_ENV_NUMBER) apart: their shared: breakers are their own" do
+  it "keeps Rails' parallel workers (forked, no TEST_ENV_NUMBER) apart: their shared: breakers are their own",
+     :shared_memory do
     Dir.mktmpdir do |dir|
       report = File.join(dir, "report")
       out, status = Open3.capture2e({ "REPORT" => report, "RUBYOPT" => "-I#{File.join(root, 'lib')}",
