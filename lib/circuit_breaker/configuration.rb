@@ -113,8 +113,9 @@ class CircuitBreaker
   #
   # @api private
   module KillSwitched
-    # Runs the block, unrecorded.
-    def call
+    # Runs the block, unrecorded: nothing is rejected, and nothing is a
+    # failure, so a fallback never answers.
+    def call(fallback: nil, fallback_on: :rejection) # rubocop:disable Lint/UnusedMethodArgument
       raise ArgumentError, "call needs a block" unless block_given?
 
       yield

@@ -38,6 +38,7 @@ class CircuitBreaker
   # :method: call
   # :call-seq:
   #   call { ... } -> obj
+  #   call(fallback: ->(error) { ... }, fallback_on: :rejection) { ... } -> obj
   #
   # Runs the block if the breaker admits the call, and returns its value.
   # Rejected (open, forced open, or half-open without a probe slot): raises
@@ -58,6 +59,14 @@ class CircuitBreaker
   #   rescue CircuitBreaker::OpenError => e
   #     cached_orders   # e.retry_after: seconds until probes are admitted
   #   end
+  #
+  # With +fallback:+ (anything that responds to +call+), a rejection
+  # returns <tt>fallback.call(open_error)</tt> instead of raising; with
+  # <tt>fallback_on: :failure</tt> too, so does an exception the breaker
+  # recorded as a failure (given to the fallback). What the fallback raises
+  # goes on to the caller.
+  #
+  #   breaker.call(fallback: ->(_error) { cached_orders }) { http.get("/orders") }
 
   ##
   # :method: state

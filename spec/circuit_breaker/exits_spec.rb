@@ -50,6 +50,19 @@ RSpec.describe "CircuitBreaker#call's ways out" do
     end
   end
 
+  it "drops everything when a fallback answers, raises or throws, and on bad keywords" do
+    expect_nothing_left do
+      breaker = new_breaker
+      on_failure = { fallback: ->(e) { e.class }, fallback_on: :failure }
+      2.times { expect(breaker.call(**on_failure) { raise "down" }).to eq(RuntimeError) }
+      expect(breaker.call(**on_failure) { 1 }).to eq(CircuitBreaker::OpenError)
+      expect { breaker.call(fallback: ->(_) { raise KeyError }) { 1 } }.to raise_error(KeyError)
+      expect(catch(:cache) { breaker.call(fallback: ->(_) { throw :cache, :thrown }) { 1 } }).to eq(:thrown)
+      expect { breaker.call(fallback: 1) { 1 } }.to raise_error(TypeError)
+      expect { breaker.call(fallback: ->(_) {}, nope: 1) { 1 } }.to raise_error(ArgumentError)
+    end
+  end
+
   it "drops everything on break, next and throw, with and without a transition" do
     expect_nothing_left do
       breaker = new_breaker

@@ -76,6 +76,18 @@ pub enum Unwound {
     Jumped(i32),
 }
 
+/// `$!` of the running thread, as [`set_errinfo`] puts it back.
+pub fn errinfo() -> Value {
+    // SAFETY: reads the thread's error info, with the GVL.
+    unsafe { Value::from_raw(rb_sys::rb_errinfo()) }
+}
+
+/// Sets `$!` of the running thread (a value [`errinfo`] read).
+pub fn set_errinfo(v: Value) {
+    // SAFETY: `v` is nil or an exception object alive on the VM's stack.
+    unsafe { rb_sys::rb_set_errinfo(v.as_raw()) }
+}
+
 /// The tag of a jump that kills the thread (`Thread#kill`, `exit!`).
 pub const TAG_FATAL: i32 = Tag::Fatal as i32;
 const TAG_RAISE: i32 = Tag::Raise as i32;
@@ -84,8 +96,11 @@ const TAG_RAISE: i32 = Tag::Raise as i32;
 /// unwinds out of it. Unlike magnus's `yield_values`, this does not save
 /// and restore `$!` around the block (a call into the VM on every call,
 /// docs/performance.md): a caller that catches an exception must raise
-/// again (an exception or the caught one), never return normally, since
-/// `$!` now holds the caught exception, as it does in a `rescue` clause.
+/// again (an exception or the caught one), since `$!` now holds the caught
+/// exception, as it does in a `rescue` clause; one that returns normally
+/// instead (a fallback's answer) puts back the `$!` it read with
+/// [`errinfo`] before yielding, as the end of a `rescue` clause does. A
+/// `$!` left set would also make the process exit with status 1.
 #[inline]
 pub fn yield_block() -> Result<Value, Unwound> {
     unsafe extern "C" fn body(_: Raw) -> Raw {
@@ -216,10 +231,20 @@ unsafe fn raise_pending(ex: Exception) -> ! {
     }
 }
 
-/// A method of no arguments on instances of `Receiver`'s class.
-pub trait Method0 {
+/// A method on instances of `Receiver`'s class that takes optional
+/// arguments (arity -1): `args` is empty for a call without any, and holds
+/// one Hash when the caller gave keywords.
+pub trait MethodArgs {
     type Receiver: TypedData;
-    fn call(ruby: &Ruby, rb_self: Obj<Self::Receiver>) -> Result<Value, Exit>;
+    fn call(ruby: &Ruby, rb_self: Obj<Self::Receiver>, args: &[Value]) -> Result<Value, Exit>;
+}
+
+/// Whether the method running now was given keywords (they are its last
+/// argument, a Hash).
+pub fn keywords_given() -> bool {
+    // SAFETY: reads the running method's frame; called from a method's
+    // body, with the GVL.
+    unsafe { rb_sys::rb_keyword_given_p() != 0 }
 }
 
 /// Whether `v` wraps data of exactly `data_type` (which has no parent), read
@@ -239,23 +264,34 @@ fn wraps(v: Raw, data_type: *const rb_sys::rb_data_type_t) -> bool {
         }
 }
 
-/// Defines `M` as `name` on `class`, entered straight from the VM: magnus's
-/// own wrapper converts the receiver under an `rb_protect` of its own, about
-/// 13 ns on every call (docs/performance.md); this entry checks the
-/// receiver's data type inline instead. Panics become `fatal`, as magnus's
-/// wrapper does; every [`Exit`] is resumed here, once `M::call` and the
-/// `catch_unwind` around it have returned.
-pub fn define_method_0<M: Method0>(class: RClass, name: &CStr) {
-    unsafe extern "C" fn entry<M: Method0>(rb_self: rb_sys::VALUE) -> rb_sys::VALUE {
+/// Defines `M` as `name` on `class` (arity -1), entered straight from the
+/// VM: magnus's own wrapper converts the receiver under an `rb_protect` of
+/// its own, about 13 ns on every call (docs/performance.md); this entry
+/// checks the receiver's data type inline instead, and hands the arguments
+/// over as the VM passed them (a call without any reads none). Panics
+/// become `fatal`, as magnus's wrapper does; every [`Exit`] is resumed here,
+/// once `M::call` and the `catch_unwind` around it have returned.
+pub fn define_method_args<M: MethodArgs>(class: RClass, name: &CStr) {
+    unsafe extern "C" fn entry<M: MethodArgs>(
+        argc: std::ffi::c_int,
+        argv: *const rb_sys::VALUE,
+        rb_self: rb_sys::VALUE,
+    ) -> rb_sys::VALUE {
         // SAFETY: the VM calls methods on its own thread, with the GVL.
         let ruby = unsafe { Ruby::get_unchecked() };
+        let args: &[Value] = match usize::try_from(argc) {
+            // SAFETY: the VM passes `argc` live values at `argv`, on its
+            // stack for the whole call; Value is a transparent VALUE.
+            Ok(n) if n > 0 && !argv.is_null() => unsafe { std::slice::from_raw_parts(argv as *const Value, n) },
+            _ => &[],
+        };
         let data_type = <M::Receiver as TypedData>::data_type() as *const magnus::DataType;
         // DataType is a transparent wrapper of rb_data_type_t.
         let result = if wraps(rb_self, data_type as *const rb_sys::rb_data_type_t) {
             // SAFETY: `rb_self` wraps an M::Receiver (checked just above);
             // Obj is a transparent wrapper of the object's VALUE.
             let obj = unsafe { std::mem::transmute::<Value, Obj<M::Receiver>>(Value::from_raw(rb_self)) };
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| M::call(&ruby, obj)))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| M::call(&ruby, obj, args)))
                 .unwrap_or_else(|panic| Err(Exit::Error(panic_error(&ruby, panic))))
         } else {
             // Only reachable by binding the method to another object.
@@ -268,18 +304,18 @@ pub fn define_method_0<M: Method0>(class: RClass, name: &CStr) {
             Err(exit) => unsafe { exit.resume() },
         }
     }
-    let f: unsafe extern "C" fn(rb_sys::VALUE) -> rb_sys::VALUE = entry::<M>;
-    // SAFETY: a method of arity 0 is called as f(self); the VM casts the
-    // pointer back to that signature.
+    let f: unsafe extern "C" fn(std::ffi::c_int, *const rb_sys::VALUE, rb_sys::VALUE) -> rb_sys::VALUE = entry::<M>;
+    // SAFETY: a method of arity -1 is called as f(argc, argv, self); the VM
+    // casts the pointer back to that signature.
     unsafe {
         rb_sys::rb_define_method(
             class.as_raw(),
             name.as_ptr(),
             Some(std::mem::transmute::<
-                unsafe extern "C" fn(rb_sys::VALUE) -> rb_sys::VALUE,
+                unsafe extern "C" fn(std::ffi::c_int, *const rb_sys::VALUE, rb_sys::VALUE) -> rb_sys::VALUE,
                 unsafe extern "C" fn() -> rb_sys::VALUE,
             >(f)),
-            0,
+            -1,
         )
     };
 }

@@ -1,22 +1,98 @@
 //! `CircuitBreaker#call`: admission, the yield, the classification of how
-//! the block ended, and the exit returned as a value (cruby::Exit).
+//! the block ended, the fallback, and the exit returned as a value
+//! (cruby::Exit).
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 
 use circuit_breaker_core::{Decision, Nanos, Outcome, Permit};
-use magnus::{typed_data::Obj, value::ReprValue, Ruby, Value};
+use magnus::error::ErrorType;
+use magnus::scan_args::get_kwargs;
+use magnus::{typed_data::Obj, value::ReprValue, Error, RHash, Ruby, Symbol, TryConvert, Value};
 
 use crate::cruby::{self, Exit, Unwound};
-use crate::errors::arg_error;
+use crate::errors::{arg_error, shown, type_error};
 
 use super::{Breaker, ID_CALL};
+
+/// `call(fallback: ->(error) { ... }, fallback_on: :rejection | :failure)`:
+/// what answers instead of an exception (docs/semantics.md, "Fallback").
+pub(super) struct Fallback {
+    /// Called with the error; its value is `call`'s. Alive on the VM's
+    /// stack, as an argument of the running `call`.
+    callable: Value,
+    /// `fallback_on: :failure`: a failure of the block too, not only a
+    /// rejection.
+    on_failure: bool,
+}
+
+impl Fallback {
+    /// `call`'s arguments: none, or the keywords `fallback:` (required once
+    /// any is given) and `fallback_on:`.
+    #[inline(never)]
+    fn from_args(ruby: &Ruby, args: &[Value]) -> Result<Option<Self>, Error> {
+        let kw = match args {
+            [] => return Ok(None),
+            [kw] if cruby::keywords_given() => RHash::try_convert(*kw)?,
+            _ => {
+                return Err(arg_error(
+                    ruby,
+                    format!(
+                        "wrong number of arguments (given {}, expected 0; call takes only the keywords fallback: and fallback_on:)",
+                        args.len()
+                    ),
+                ))
+            }
+        };
+        let kw = get_kwargs::<_, (Value,), (Option<Value>,), ()>(kw, &["fallback"], &["fallback_on"])?;
+        let (callable,) = kw.required;
+        let (on,) = kw.optional;
+        if !callable.respond_to("call", false)? {
+            return Err(type_error(
+                ruby,
+                "fallback",
+                "an object that responds to call (a lambda taking the error)",
+                callable,
+            ));
+        }
+        let on_failure = match on.filter(|v| !v.is_nil()).map(Symbol::try_convert) {
+            None => false,
+            Some(Ok(s)) if s.name()? == "rejection" => false,
+            Some(Ok(s)) if s.name()? == "failure" => true,
+            Some(_) => {
+                let got = on.map_or_else(String::new, shown);
+                return Err(arg_error(ruby, format!("fallback_on must be :rejection or :failure (got {got})")));
+            }
+        };
+        Ok(Some(Fallback { callable, on_failure }))
+    }
+
+    /// The fallback's answer to `error`; what it raises or throws goes on.
+    fn answer(&self, error: Value) -> Result<Value, Exit> {
+        self.callable.funcall::<_, _, Value>(*ID_CALL, (error,)).map_err(Exit::from)
+    }
+
+    /// The answer to a failure: `$!` is put back to `errinfo_before` (the
+    /// caught exception is handled, as at the end of a `rescue` clause).
+    fn answer_failure(&self, error: Value, errinfo_before: Option<Value>) -> Result<Value, Exit> {
+        if let Some(v) = errinfo_before {
+            cruby::set_errinfo(v);
+        }
+        self.answer(error)
+    }
+}
 
 impl Breaker {
     /// `CircuitBreaker#call`. Every way out other than a value (the
     /// rejection, the block's exception or jump, a listener's error) is
     /// returned as an [`Exit`] and resumed by the method's entry once this
-    /// frame is gone (cruby::define_method_0), so nothing here is skipped.
-    pub(super) fn call(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Exit> {
+    /// frame is gone (cruby::define_method_args), so nothing here is
+    /// skipped.
+    ///
+    /// With a `fallback`, a rejection (and, `on_failure`, an exception the
+    /// breaker recorded as a failure) returns the fallback's value instead.
+    #[inline(always)]
+    pub(super) fn call(ruby: &Ruby, rb_self: Obj<Self>, fallback: Option<&Fallback>) -> Result<Value, Exit> {
         let live = cruby::Live::new();
         let no_block = || Exit::Error(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
         let this = rb_self.get(ruby)?;
@@ -27,9 +103,15 @@ impl Breaker {
         let permit = match this.shared.published().admitting() {
             Some(p) => p,
             None if !ruby.block_given() => return Err(no_block()),
-            None => Self::admit_call(ruby, rb_self, start)?,
+            None => match Self::admit_call(ruby, rb_self, start, fallback)? {
+                ControlFlow::Continue(p) => p,
+                ControlFlow::Break(answer) => return Ok(answer),
+            },
         };
 
+        // A fallback that answers for a failure ends the call normally: `$!`
+        // is then put back as it was (cruby::yield_block).
+        let errinfo_before = fallback.filter(|f| f.on_failure).map(|_| cruby::errinfo());
         let result = cruby::yield_block();
         if matches!(result, Err(Unwound::Raised(_))) && !permit.probe && !ruby.block_given() {
             // Nothing to settle: a permit that is not a probe holds nothing.
@@ -48,22 +130,34 @@ impl Breaker {
             // listeners ran.
             return Ok(*std::hint::black_box(value));
         }
-        Self::settle_call(ruby, rb_self, permit, result, duration_ns, end, live)
+        let on_failure = fallback.filter(|f| f.on_failure).map(|f| (f, errinfo_before));
+        Self::settle_call(ruby, rb_self, permit, result, duration_ns, end, live, on_failure)
     }
 
     /// Asks the locked step to admit a call the published state did not
     /// (open, half-open, a stuck shared lock): a permit, or the rejection
-    /// as an exit, once its listeners ran.
+    /// as an exit (or, with a fallback, its answer), once its listeners ran.
     #[inline]
-    fn admit_call(ruby: &Ruby, rb_self: Obj<Self>, now: Nanos) -> Result<Permit, Exit> {
+    fn admit_call(
+        ruby: &Ruby,
+        rb_self: Obj<Self>,
+        now: Nanos,
+        fallback: Option<&Fallback>,
+    ) -> Result<ControlFlow<Value, Permit>, Exit> {
         let this = rb_self.get(ruby)?;
         let (decision, tr) = this.admit(ruby, now)?;
         if !tr.is_empty() {
             Self::notify_or_release(ruby, rb_self, &tr, decision)?;
         }
         match decision {
-            Decision::Allowed(p) => Ok(p),
-            Decision::Rejected(r) => Err(Exit::Raise(Self::rejected(ruby, rb_self, r)?)),
+            Decision::Allowed(p) => Ok(ControlFlow::Continue(p)),
+            Decision::Rejected(r) => {
+                let ex = Self::rejected(ruby, rb_self, r)?;
+                match fallback {
+                    Some(f) => f.answer(ex.as_value()).map(ControlFlow::Break),
+                    None => Err(Exit::Raise(ex)),
+                }
+            }
         }
     }
 
@@ -71,7 +165,9 @@ impl Breaker {
     /// `failure_if` (the common case, settled in `call`): classifies how
     /// the block ended (docs/semantics.md), records it, runs the listeners
     /// (in an ensure function while a jump is pending), and returns the
-    /// block's value or its way out.
+    /// block's value or its way out, or the answer of a fallback given
+    /// `fallback_on: :failure` (with the `$!` to put back) to a raise
+    /// recorded as a failure.
     #[allow(clippy::too_many_arguments)]
     fn settle_call(
         ruby: &Ruby,
@@ -81,6 +177,7 @@ impl Breaker {
         duration_ns: f64,
         end: Nanos,
         live: cruby::Live,
+        on_failure: Option<(&Fallback, Option<Value>)>,
     ) -> Result<Value, Exit> {
         let this = rb_self.get(ruby)?;
         let (outcome, raise_instead) = match &result {
@@ -126,9 +223,16 @@ impl Breaker {
         // Keeps the block's value where the GC's stack scan sees it while
         // Ruby code (listeners) ran above.
         std::hint::black_box((&result, &raise_instead));
+        let on_failure = on_failure.filter(|_| matches!(outcome, Outcome::Failure { .. }));
         match (raise_instead, result) {
-            (Some(e), _) => Err(e.into()),
-            (None, Err(Unwound::Raised(ex))) => Err(Exit::Raise(ex)),
+            (Some(e), _) => match (on_failure, e.error_type()) {
+                (Some((f, errinfo)), ErrorType::Exception(ex)) => f.answer_failure(ex.as_value(), errinfo),
+                _ => Err(e.into()),
+            },
+            (None, Err(Unwound::Raised(ex))) => match on_failure {
+                Some((f, errinfo)) => f.answer_failure(ex.as_value(), errinfo),
+                None => Err(Exit::Raise(ex)),
+            },
             (None, Err(Unwound::Jumped(tag))) => Err(Exit::Jump(tag)),
             (None, Ok(v)) => Ok(v),
         }
@@ -138,9 +242,13 @@ impl Breaker {
 /// `CircuitBreaker#call`.
 pub(super) struct CallMethod;
 
-impl crate::cruby::Method0 for CallMethod {
+impl crate::cruby::MethodArgs for CallMethod {
     type Receiver = Breaker;
-    fn call(ruby: &Ruby, rb_self: Obj<Breaker>) -> Result<Value, Exit> {
-        Breaker::call(ruby, rb_self)
+    #[inline]
+    fn call(ruby: &Ruby, rb_self: Obj<Breaker>, args: &[Value]) -> Result<Value, Exit> {
+        // One call site, inlined into the method's entry: a call without
+        // keywords pays a length check (docs/performance.md).
+        let fallback = if args.is_empty() { None } else { Fallback::from_args(ruby, args)? };
+        Breaker::call(ruby, rb_self, fallback.as_ref())
     }
 }

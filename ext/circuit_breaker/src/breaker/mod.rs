@@ -375,8 +375,8 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
     class.singleton_class()?.define_private_method("__seed_probes", function!(Breaker::seed_probes, 2))?;
     // The hot path: entered without magnus's receiver conversion (see
-    // cruby::define_method_0).
-    crate::cruby::define_method_0::<CallMethod>(class, c"call");
+    // cruby::define_method_args).
+    crate::cruby::define_method_args::<CallMethod>(class, c"call");
     class.define_method("state", method!(Breaker::state, 0))?;
     class.define_method("metrics", method!(Breaker::metrics, 0))?;
     class.define_method("retry_after", method!(Breaker::retry_after, 0))?;
