@@ -24,6 +24,10 @@ pub(super) struct Fallback {
     /// `fallback_on: :failure`: a failure of the block too, not only a
     /// rejection.
     on_failure: bool,
+    /// `$!` as the call began, put back when the fallback answers for a
+    /// failure (cruby::yield_block). Read here, so that a call without
+    /// keywords never reads it.
+    errinfo_before: Value,
 }
 
 impl Fallback {
@@ -64,7 +68,7 @@ impl Fallback {
                 return Err(arg_error(ruby, format!("fallback_on must be :rejection or :failure (got {got})")));
             }
         };
-        Ok(Some(Fallback { callable, on_failure }))
+        Ok(Some(Fallback { callable, on_failure, errinfo_before: cruby::errinfo() }))
     }
 
     /// The fallback's answer to `error`; what it raises or throws goes on.
@@ -72,12 +76,10 @@ impl Fallback {
         self.callable.funcall::<_, _, Value>(*ID_CALL, (error,)).map_err(Exit::from)
     }
 
-    /// The answer to a failure: `$!` is put back to `errinfo_before` (the
+    /// The answer to a failure: `$!` is put back as the call began (the
     /// caught exception is handled, as at the end of a `rescue` clause).
-    fn answer_failure(&self, error: Value, errinfo_before: Option<Value>) -> Result<Value, Exit> {
-        if let Some(v) = errinfo_before {
-            cruby::set_errinfo(v);
-        }
+    fn answer_failure(&self, error: Value) -> Result<Value, Exit> {
+        cruby::set_errinfo(self.errinfo_before);
         self.answer(error)
     }
 }
@@ -109,9 +111,6 @@ impl Breaker {
             },
         };
 
-        // A fallback that answers for a failure ends the call normally: `$!`
-        // is then put back as it was (cruby::yield_block).
-        let errinfo_before = fallback.filter(|f| f.on_failure).map(|_| cruby::errinfo());
         let result = cruby::yield_block();
         if matches!(result, Err(Unwound::Raised(_))) && !permit.probe && !ruby.block_given() {
             // Nothing to settle: a permit that is not a probe holds nothing.
@@ -130,8 +129,7 @@ impl Breaker {
             // listeners ran.
             return Ok(*std::hint::black_box(value));
         }
-        let on_failure = fallback.filter(|f| f.on_failure).map(|f| (f, errinfo_before));
-        Self::settle_call(ruby, rb_self, permit, result, duration_ns, end, live, on_failure)
+        Self::settle_call(ruby, rb_self, permit, result, duration_ns, end, live, fallback.filter(|f| f.on_failure))
     }
 
     /// Asks the locked step to admit a call the published state did not
@@ -166,8 +164,7 @@ impl Breaker {
     /// the block ended (docs/semantics.md), records it, runs the listeners
     /// (in an ensure function while a jump is pending), and returns the
     /// block's value or its way out, or the answer of a fallback given
-    /// `fallback_on: :failure` (with the `$!` to put back) to a raise
-    /// recorded as a failure.
+    /// `fallback_on: :failure` to a raise recorded as a failure.
     #[allow(clippy::too_many_arguments)]
     fn settle_call(
         ruby: &Ruby,
@@ -177,7 +174,7 @@ impl Breaker {
         duration_ns: f64,
         end: Nanos,
         live: cruby::Live,
-        on_failure: Option<(&Fallback, Option<Value>)>,
+        on_failure: Option<&Fallback>,
     ) -> Result<Value, Exit> {
         let this = rb_self.get(ruby)?;
         let (outcome, raise_instead) = match &result {
@@ -226,11 +223,11 @@ impl Breaker {
         let on_failure = on_failure.filter(|_| matches!(outcome, Outcome::Failure { .. }));
         match (raise_instead, result) {
             (Some(e), _) => match (on_failure, e.error_type()) {
-                (Some((f, errinfo)), ErrorType::Exception(ex)) => f.answer_failure(ex.as_value(), errinfo),
+                (Some(f), ErrorType::Exception(ex)) => f.answer_failure(ex.as_value()),
                 _ => Err(e.into()),
             },
             (None, Err(Unwound::Raised(ex))) => match on_failure {
-                Some((f, errinfo)) => f.answer_failure(ex.as_value(), errinfo),
+                Some(f) => f.answer_failure(ex.as_value()),
                 None => Err(Exit::Raise(ex)),
             },
             (None, Err(Unwound::Jumped(tag))) => Err(Exit::Jump(tag)),
