@@ -141,7 +141,7 @@ module Bench
         r
       end
       gate_r.close
-      pipes.each { |r| r.gets }
+      pipes.each(&:gets)
       gate_w.close # every host starts now
       results = pipes.map { |r| r.gets.split.map(&:to_f) }
       pids.each { |pid| Process.wait(pid) } # not waitall: redis-server is a child too
@@ -223,7 +223,7 @@ module Bench
       end
       gate_r.close
       done_r.close
-      pipes.each { |r| r.gets }
+      pipes.each(&:gets)
       if with_fleet # every host's warm window in Redis first (sent at its next interval)
         wait do
           key = server.command("KEYS", "circuit_breaker:{#{name}:*}:hosts").first

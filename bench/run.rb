@@ -54,7 +54,11 @@ table = rows.map do |r|
 end
 header = ["scenario", "implementation", "ns/call", "× bare", "allocs/call", "target", "met"]
 widths = header.each_index.map { |i| ([header] + table).map { |row| row[i].to_s.length }.max }
-line = ->(cells) { "| " + cells.each_with_index.map { |c, i| i.between?(2, 4) ? c.to_s.rjust(widths[i]) : c.to_s.ljust(widths[i]) }.join(" | ") + " |" }
+line = lambda { |cells|
+  "| " + cells.each_with_index.map do |c, i|
+           i.between?(2, 4) ? c.to_s.rjust(widths[i]) : c.to_s.ljust(widths[i])
+         end.join(" | ") + " |"
+}
 puts line.(header)
 puts "|" + widths.each_with_index.map { |w, i| i.between?(2, 4) ? "#{'-' * (w + 1)}:" : "-" * (w + 2) }.join("|") + "|"
 table.each { |row| puts line.(row) }

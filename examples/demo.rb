@@ -31,8 +31,8 @@ begin
   require "circuit_breaker/faraday"
   require_relative "support/flaky_upstream"
   require_relative "support/demo_report"
-rescue LoadError => e
-  abort "bin/demo: #{e.message} (run bin/demo, which installs what the demo needs and builds the extension)"
+rescue LoadError => error
+  abort "bin/demo: #{error.message} (run bin/demo, which installs what the demo needs and builds the extension)"
 end
 
 options = {
@@ -85,8 +85,8 @@ if options[:serve]
     require "rack"
     require_relative "support/webrick_rack"
     handler = CircuitBreaker::Examples.webrick_handler
-  rescue LoadError => e
-    abort "bin/demo: --serve needs Rack's WEBrick handler: Rack 2's, or rackup's with Rack 3 (#{e.message})"
+  rescue LoadError => error
+    abort "bin/demo: --serve needs Rack's WEBrick handler: Rack 2's, or rackup's with Rack 3 (#{error.message})"
   end
   dashboard = CircuitBreaker::Dashboard.new(breakers: { breaker.name => breaker }, refresh: 1,
                                             authorize: ->(request) { %w[127.0.0.1 ::1].include?(request.ip) })
@@ -150,7 +150,7 @@ start_clients = lambda do
         begin
           response = conn.get("/api/orders")
           ms = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1000
-          keys = [:attempted, :admitted]
+          keys = %i[attempted admitted]
           keys << :errors if response.status >= 500
           keys << :slow if ms >= SLOW_THRESHOLD_MS
           count.call(*keys)
@@ -263,7 +263,7 @@ loop do
     tick = lock.synchronize { tick_counts.dup.tap { tick_counts.clear } }
     ticks << { t: now, attempted: tick[:attempted], admitted: tick[:admitted], rejected: tick[:rejected] }
     (all_events.drop(printed).map { |e| [e[:t], describe_event.call(e)] } + stage_lines)
-      .sort_by(&:first).each { |_, line| puts line }
+      .sort_by(&:first).each { |_, text| puts text }
     printed = all_events.size
     stage_lines.clear
     admitted = tick[:attempted].zero? ? nil : tick[:admitted].to_f / tick[:attempted]
@@ -271,7 +271,8 @@ loop do
     rate = lambda do |key, tripped_key|
       if m[:total].positive? then pct.call(m[key])
       elsif m[tripped_key] then "(#{pct.call(m[tripped_key]).strip})"
-      else "  –"
+      else
+        "  –"
       end
     end
     puts format("  %6.1f  %-12s %s %6s %6s %6s %6d %6d %6d  %s",

@@ -14,7 +14,7 @@ $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
 require "circuit_breaker"
 
 WORKERS = Integer(ENV.fetch("WORKERS", "4"))
-CALLS = 25      # calls per worker during the outage
+CALLS = 25 # calls per worker during the outage
 MIN_CALLS = 10
 OPEN_DURATION = 0.5
 KEY = "puma-style-#{Process.pid}" # a name of this run; a real app uses e.g. "payments"

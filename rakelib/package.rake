@@ -75,7 +75,8 @@ namespace :gem do
       NATIVE_RUBIES.each do |abi, suite|
         gem = "pkg/#{GEMSPEC.name}-#{GEMSPEC.version}-#{platform}.gem"
         puts "#{gem}: Ruby #{abi} (Debian #{suite} #{info[:arch]}, no cargo)"
-        sh "bin/chroot", "--packages", "ruby rake rake-compiler ruby-rspec ruby-rack ruby-rack-test ruby-activesupport redis-server ruby-redis", suite, info[:arch],
+        packages = "ruby rake rake-compiler ruby-rspec ruby-rack ruby-rack-test ruby-activesupport redis-server ruby-redis"
+        sh "bin/chroot", "--packages", packages, suite, info[:arch],
            "rake", "gem:install_check[#{gem}]", verbose: false
       end
     end

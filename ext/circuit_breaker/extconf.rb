@@ -32,11 +32,11 @@ soext = RbConfig::CONFIG["SOEXT"] || "so"
 vendor = File.join(root, "vendor", "crates")
 vendored = !checkout && File.directory?(vendor)
 sources = if vendored
-  " --offline --config 'source.crates-io.replace-with=\"vendored\"' " \
-    "--config 'source.vendored.directory=\"#{vendor}\"'"
-else
-  ""
-end
+            " --offline --config 'source.crates-io.replace-with=\"vendored\"' " \
+              "--config 'source.vendored.directory=\"#{vendor}\"'"
+          else
+            ""
+          end
 # Once installed, the gem keeps neither the build tree nor the crates.
 cleanup = [(target_dir unless checkout || ENV.key?("CARGO_TARGET_DIR")), (vendor if vendored)].compact
 cleanup = cleanup.empty? ? "" : "\trm -rf #{cleanup.join(' ')}\n"

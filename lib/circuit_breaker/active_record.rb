@@ -53,13 +53,13 @@ class CircuitBreaker
       # exception), 53300 too many connections, 57014 statement timeout or
       # cancel, 57P01..57P03 shutdown and not accepting connections,
       # 55P03 lock timeout.
-      PG_FAILURE = /\A(08|53300|57014|57P0[1-3]|55P03)/.freeze
+      PG_FAILURE = /\A(08|53300|57014|57P0[1-3]|55P03)/
 
       DEFAULT_FAILURE_ERRORS = [
         ::Timeout::Error,
         ::ActiveRecord::ConnectionNotEstablished, # NoDatabaseError aside: see below
-        *[:ConnectionFailed, :DatabaseConnectionError, :StatementTimeout, :QueryCanceled, :AdapterTimeout,
-          :LockWaitTimeout].filter_map { |c| ::ActiveRecord.const_get(c) if ::ActiveRecord.const_defined?(c) },
+        *%i[ConnectionFailed DatabaseConnectionError StatementTimeout QueryCanceled AdapterTimeout
+            LockWaitTimeout].filter_map { |c| ::ActiveRecord.const_get(c) if ::ActiveRecord.const_defined?(c) },
         ->(e) { defined?(::PG::ConnectionBad) && (e.is_a?(::PG::ConnectionBad) || e.is_a?(::PG::UnableToSend)) },
         ->(e) { defined?(::PG::Error) && e.is_a?(::PG::Error) && PG_FAILURE.match?(ActiveRecord.sqlstate(e).to_s) },
         ->(e) { defined?(::Mysql2::Error) && e.is_a?(::Mysql2::Error) && ActiveRecord.mysql_failure?(e) }
@@ -147,7 +147,8 @@ class CircuitBreaker
                   when nil then @breakers.fetch(key(config), options)
                   when CircuitBreaker then breaker
                   when String, Symbol then CircuitBreaker.for(breaker, **options)
-                  else raise TypeError, "circuit_breaker/active_record: breaker: must be a CircuitBreaker, a registry name or nil (got #{breaker.class})"
+                  else raise TypeError,
+                             "circuit_breaker/active_record: breaker: must be a CircuitBreaker, a registry name or nil (got #{breaker.class})"
                   end
           [found, failures].freeze
         end

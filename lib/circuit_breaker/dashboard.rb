@@ -86,6 +86,7 @@ class CircuitBreaker
       unless breakers.is_a?(Hash) || breakers.respond_to?(:call)
         raise TypeError, "breakers: must be a Hash of name => CircuitBreaker or respond to call (got #{breakers.class})"
       end
+
       history_seconds = Durations.seconds(history_seconds)
       unless history_seconds.is_a?(Numeric) && history_seconds.positive? && history_seconds.finite?
         raise ArgumentError, "history_seconds: must be a finite Numeric > 0 (got #{history_seconds.inspect})"
@@ -199,6 +200,7 @@ class CircuitBreaker
         return text(405, "#{request.request_method} not allowed: actions are POST only", "allow" => "POST")
       end
       return text(403, "actions are disabled: give CircuitBreaker::Dashboard.new an authorize: hook") unless @authorize
+
       form = form_of(request)
       return text(400, "unreadable form body") unless form
       return text(403, "refused: invalid or missing CSRF token") unless csrf_ok?(request, form)

@@ -25,7 +25,7 @@ class CircuitBreaker
     end
 
     def duration?(value)
-      defined?(::ActiveSupport::Duration) && ::ActiveSupport::Duration === value # rubocop:disable Style/CaseEquality
+      defined?(::ActiveSupport::Duration) && ::ActiveSupport::Duration === value
     end
   end
   private_constant :Durations

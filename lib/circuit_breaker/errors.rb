@@ -39,7 +39,7 @@ class CircuitBreaker
     # frame outside them, the caller's.
     GEM_FILES = File.join(File.expand_path("..", __dir__), "circuit_breaker")
     # The native library's cache of those lines, by call site.
-    BACKTRACE_LINES = {} # rubocop:disable Style/MutableConstant
+    BACKTRACE_LINES = {}
     private_constant :GEM_FILES, :BACKTRACE_LINES
 
     # @return [String, nil] the breaker's name

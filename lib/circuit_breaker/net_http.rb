@@ -104,6 +104,7 @@ class CircuitBreaker
         def protect(*hosts, breaker: nil, failure_statuses: DEFAULT_FAILURE_STATUSES,
                     failure_errors: DEFAULT_FAILURE_ERRORS, **breaker_options)
           raise ArgumentError, "NetHTTP.protect: name at least one host (or :all)" if hosts.empty?
+
           if breaker.is_a?(CircuitBreaker) && !breaker_options.empty?
             raise ArgumentError, "NetHTTP.protect: breaker options (#{breaker_options.keys.join(', ')}) " \
                                  "cannot apply to a CircuitBreaker object"

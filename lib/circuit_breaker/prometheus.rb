@@ -55,7 +55,7 @@ class CircuitBreaker
        "The half-open ramp stage (from 0); absent in other states.", ->(m) { m[:stage] }]
     ].freeze
 
-    LABEL_NAME = /\A[a-zA-Z_][a-zA-Z0-9_]*\z/.freeze
+    LABEL_NAME = /\A[a-zA-Z_][a-zA-Z0-9_]*\z/
     RESERVED = %w[breaker state counters].freeze
     private_constant :STATES, :FAMILIES, :LABEL_NAME, :RESERVED
 

@@ -15,7 +15,6 @@ class CircuitBreaker
     # name (frozen String) => [breaker, options given at creation (frozen)]
     ENTRIES = {}
 
-
     class << self
       # Rebuilds every registered `shared:` breaker under its namespace with
       # `suffix` added (its own `namespace:`, else the default namespace as

@@ -39,7 +39,10 @@ class CircuitBreaker
         def initialize(options = {})
           options = options.transform_keys(&:to_sym)
           unknown = options.keys - %i[max_deferrals jitter]
-          raise ArgumentError, "CircuitBreaker::Adapters::Sidekiq::Middleware: unknown option(s) #{unknown.join(', ')} (known: max_deferrals, jitter)" unless unknown.empty?
+          unless unknown.empty?
+            raise ArgumentError,
+                  "CircuitBreaker::Adapters::Sidekiq::Middleware: unknown option(s) #{unknown.join(', ')} (known: max_deferrals, jitter)"
+          end
 
           @max_deferrals = options.fetch(:max_deferrals, 10)
           unless @max_deferrals.is_a?(Integer) && @max_deferrals.between?(0, 1_000)
@@ -47,9 +50,9 @@ class CircuitBreaker
           end
 
           @jitter = options.fetch(:jitter, 0.2)
-          unless @jitter.is_a?(Numeric) && @jitter.finite? && @jitter.between?(0, 1)
-            raise ArgumentError, "jitter must be a finite Numeric in 0.0..1.0 (got #{@jitter.inspect})"
-          end
+          return if @jitter.is_a?(Numeric) && @jitter.finite? && @jitter.between?(0, 1)
+
+          raise ArgumentError, "jitter must be a finite Numeric in 0.0..1.0 (got #{@jitter.inspect})"
         end
 
         # @param job [Hash] the job's payload

@@ -8,7 +8,7 @@ RSpec.describe CircuitBreaker, "#call" do
   let(:boom) { BreakerHelpers::Boom }
 
   # Not a StandardError (like Interrupt): a bare `rescue` does not catch it.
-  stop_class = Class.new(Exception)
+  stop_class = Class.new(Exception) # rubocop:disable Lint/InheritException -- not a StandardError on purpose
 
   def make(**options)
     build_breaker(**{ clock: clock, window: window, min_calls: 100 }.merge(options))

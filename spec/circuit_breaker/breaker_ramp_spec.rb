@@ -115,7 +115,8 @@ RSpec.describe CircuitBreaker, "half-open ramp" do
 
     it "gives each stage a fresh quota of probe slots" do
       breaker = half_open(ramp: [0.5, 1.0], half_open_calls: 2, advance_rate: 0.5, reopen_rate: 0.0)
-      2.times { breaker.allow? || breaker.allow? } # calls 0 and 2 of stage 0
+      # Calls 0 and 2 of stage 0: the second allow? is another call.
+      2.times { breaker.allow? || breaker.allow? } # rubocop:disable Lint/BinaryOperatorWithIdenticalOperands
       breaker.record_success # 1 of 2 finished
       breaker.record_failure # 2 of 2: 50% → stage 1
       expect(breaker.metrics[:stage]).to eq(1)

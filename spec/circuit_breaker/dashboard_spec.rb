@@ -98,7 +98,7 @@ RSpec.describe CircuitBreaker::Dashboard do
     it "sets the CSRF cookie (HttpOnly, SameSite=Strict, on the mount path) and keeps a valid one" do
       get "/", {}, "SCRIPT_NAME" => "/ops"
       cookie = last_response.headers["set-cookie"]
-      expect(cookie).to match(/\Acircuit_breaker_csrf=\h{128}; path=\/ops; HttpOnly; SameSite=Strict\z/i)
+      expect(cookie).to match(%r{\Acircuit_breaker_csrf=\h{128}; path=/ops; HttpOnly; SameSite=Strict\z}i)
       first = token
       get "/"
       expect(last_response.body).to include(%(value="#{first}"))
@@ -206,7 +206,7 @@ RSpec.describe CircuitBreaker::Dashboard do
         expect(last_response.status).to eq(303)
       end
       expect(moves(events).map { |_, to, reason| [to, reason] })
-        .to eq([[:open, :manual], [:forced_open, :manual], [:disabled, :manual], [:closed, :manual]])
+        .to eq([%i[open manual], %i[forced_open manual], %i[disabled manual], %i[closed manual]])
     end
 
     it "answer JSON when asked, with the token in a header" do

@@ -45,7 +45,7 @@ RSpec.describe CircuitBreaker, "permits under hostile callers" do
     breaker = half_open_breaker
     enum = Enumerator.new { |y| breaker.call { y << :suspended } }
     expect(enum.next).to eq(:suspended)
-    enum = nil # never resumed
+    enum = nil # rubocop:disable Lint/UselessAssignment -- dropped, never resumed
     expect_freed_by_probe_timeout(breaker)
   end
 

@@ -17,7 +17,7 @@ RSpec.describe CircuitBreaker, "half-open probe slots" do
     described_class.new(clock: clock, half_open_calls: 1, open_duration: 10,
                         ignore_errors: [ignored, ->(e) { e.message == "ignore me" }],
                         failure_if: ->(value) { value == :check_raises ? raise(ArgumentError, "bad check") : false })
-      .tap { |b| b.on_state_change { |e| log << [e.from, e.to, e.reason] } }
+                   .tap { |b| b.on_state_change { |e| log << [e.from, e.to, e.reason] } }
   end
 
   def half_open!

@@ -19,14 +19,12 @@ RSpec.describe CircuitBreaker, "the articles' scenarios" do
       orders_api = -> { raise downstream_error, "connection refused" }
       breaker = CircuitBreaker.new(window: SlidingWindow.new(size: 100))
       served = Array.new(25) do
-        begin
-          response = breaker.call { orders_api.call }
-          response
-        rescue CircuitOpenError
-          :cached_orders # degrade
-        rescue downstream_error
-          :please_retry
-        end
+        response = breaker.call { orders_api.call }
+        response
+      rescue CircuitOpenError
+        :cached_orders # degrade
+      rescue downstream_error
+        :please_retry
       end
       # min_calls 20: the first 20 failures reach the caller, then it opens.
       expect(served.first(20)).to all(eq(:please_retry))

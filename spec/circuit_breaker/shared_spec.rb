@@ -287,7 +287,7 @@ RSpec.describe CircuitBreaker, "shared: within one process", :shared_memory do
 
     it "is derived from the application's directory, environment and TEST_ENV_NUMBER by default" do
       Dir.mktmpdir("shop") do |dir|
-        namespaces = [%w[test], %w[development], ["test", "2"], ["test", ""]].map do |env, worker|
+        namespaces = [%w[test], %w[development], %w[test 2], ["test", ""]].map do |env, worker|
           out, status = Open3.capture2e({ "RACK_ENV" => env, "RAILS_ENV" => nil, "APP_ENV" => nil, "TEST_ENV_NUMBER" => worker },
                                         RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
                                         "-rcircuit_breaker", "-e", "print CircuitBreaker.default_namespace",

@@ -111,7 +111,9 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     end
 
     it "opens the fleet when a host that opened alone carries half the reported calls" do
-      start, tripped, done = ProcessGate.new, ProcessGate.new, ProcessGate.new
+      start = ProcessGate.new
+      tripped = ProcessGate.new
+      done = ProcessGate.new
       acks_r, acks_w = IO.pipe
       acks_w.sync = true
       opener = Host.new(start) do
@@ -153,7 +155,10 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     end
 
     it "opens nothing for one host cut off alone among three, and opens every host once a second one opens" do
-      start, first, second, done = ProcessGate.new, ProcessGate.new, ProcessGate.new, ProcessGate.new
+      start = ProcessGate.new
+      first = ProcessGate.new
+      second = ProcessGate.new
+      done = ProcessGate.new
       acks_r, acks_w = IO.pipe
       acks_w.sync = true
       gates = [first, second, done]
@@ -519,7 +524,9 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       breaker.on_fleet_change { |s| events << s }
       wait_for("connected") { connected?(breaker) }
       redis_server.script_flush
-      wait_for("connected after SCRIPT FLUSH") { connected?(breaker) && redis_server.command("SCRIPT", "EXISTS", Digest::SHA1.hexdigest(CircuitBreaker::Fleet::SCRIPT)) == [1] }
+      wait_for("connected after SCRIPT FLUSH") do
+        connected?(breaker) && redis_server.command("SCRIPT", "EXISTS", Digest::SHA1.hexdigest(CircuitBreaker::Fleet::SCRIPT)) == [1]
+      end
       redis_server.kill_subscribers
       subscribers = -> { redis_server.command("CLIENT", "LIST", "TYPE", "pubsub").lines.size }
       wait_for("subscribed again") { subscribers.() >= 1 }
@@ -560,7 +567,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       $LOAD_PATH.unshift #{File.expand_path('../../lib', __dir__).inspect}
       require "circuit_breaker"
       b = CircuitBreaker.new(name: #{name.inspect}, fleet: #{redis_server.url.inspect}, fleet_interval: 0.05, open_duration: 30)
-      $stdout.puts "ready #{'#{Time.now.utc.hour}'}"; $stdout.flush
+      $stdout.puts "ready \#{Time.now.utc.hour}"; $stdout.flush
       limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + #{DEADLINE}
       sleep 0.02 until b.state == :open || Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
       $stdout.puts "\#{b.state} \#{b.retry_after}"

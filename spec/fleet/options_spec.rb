@@ -23,7 +23,7 @@ RSpec.describe "CircuitBreaker.new(fleet:, fleet_interval:)" do
   end
 
   it "is a TypeError naming fleet for something that is neither a URL nor a client" do
-    expect { CircuitBreaker.new(fleet: 42) }.to raise_error(TypeError, /fleet must be a redis:\/\/ or unix:\/\/ URL, or a Redis client/)
+    expect { CircuitBreaker.new(fleet: 42) }.to raise_error(TypeError, %r{fleet must be a redis:// or unix:// URL, or a Redis client})
   end
 
   it "refuses fleet_interval and fleet_quorum without fleet" do

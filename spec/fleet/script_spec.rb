@@ -6,7 +6,8 @@ RSpec.describe "The fleet script", :redis do
   let(:tag) { "script-#{SecureRandom.hex(4)}" }
   let(:keys) { ["circuit_breaker:{#{tag}}:hosts", "circuit_breaker:{#{tag}}:state"] }
 
-  def half_open = 2 # the state's code in the script
+  # The state's code in the script.
+  def half_open = 2
 
   # One send of host "h" (ARGV as lib/circuit_breaker/fleet.lua lists them);
   # returns the reply.
@@ -26,7 +27,8 @@ RSpec.describe "The fleet script", :redis do
     send_report(kind: 2, state: half_open) # a command: half-open, stage 0, version 1
     age(5_000)
     reply = send_report(kind: 1, expected: 1, state: half_open) # the stage starts over
-    stage_elapsed, round_elapsed = reply[9], reply[19]
+    stage_elapsed = reply[9]
+    round_elapsed = reply[19]
     expect(stage_elapsed).to be >= 5_000 # min_stage_duration counts from here
     expect(round_elapsed).to be < 5_000 # half_open_timeout from here
   end

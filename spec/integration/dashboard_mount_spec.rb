@@ -17,7 +17,7 @@ RSpec.describe CircuitBreaker::Dashboard, "mounted", :integration do
     page = browser.get("#{at}/")
     expect(page.status).to eq(200)
     expect(page.headers["set-cookie"]).to include("path=#{at};")
-    form = page.body[/action="([^"]+\/trip\?[^"]*)"/, 1]
+    form = page.body[%r{action="([^"]+/trip\?[^"]*)"}, 1]
     expect(form).to eq("#{at}/breakers/trip?name=payments")
     token = page.body[/name="csrf_token" value="(\h+)"/, 1]
     cookie = page.headers["set-cookie"][/\Acircuit_breaker_csrf=\h+/]

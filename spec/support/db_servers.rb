@@ -97,7 +97,7 @@ module DbServers
 
     def spawn(argv)
       @pid = Process.spawn(*DbServers.as_server_user(argv), in: File::NULL, out: File::NULL, err: File.join(@dir, "server.log"),
-                                                             pgroup: true)
+                                                            pgroup: true)
       DbServers.wait_until("#{argv.first} listening on #{@port}") { DbServers.listening?(@port) }
       self
     end
