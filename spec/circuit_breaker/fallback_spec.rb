@@ -68,12 +68,12 @@ RSpec.describe CircuitBreaker, "#call with fallback:" do
     options = { fallback: fallback, fallback_on: :failure }
 
     breaker.call(**options) { raise BreakerHelpers::Boom }
-    expect($!).to be_nil # rubocop:disable Style/SpecialGlobalVars
+    expect($!).to be_nil
     begin
       raise KeyError, "outer"
     rescue KeyError
       breaker.call(**options) { raise BreakerHelpers::Boom }
-      expect($!.message).to eq("outer") # rubocop:disable Style/SpecialGlobalVars
+      expect($!.message).to eq("outer")
     end
   end
 
