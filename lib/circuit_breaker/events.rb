@@ -3,7 +3,7 @@
 class CircuitBreaker
   # A state change: `from` and `to` states, the breaker's `name`, the
   # `reason` (:error_rate, :slow_call_rate, :probe_failed, :probes_passed,
-  # :cool_down_elapsed, :half_open_timeout, :probe_timeout, :manual) and the `metrics` taken
+  # :cool_down_elapsed, :half_open_timeout, :probe_timeout, :manual, :consecutive_failures) and the `metrics` taken
   # just after the transition.
   #
   # An opening (`to == :open`) also carries what opened it, since entering

@@ -23,6 +23,8 @@ class CircuitBreaker
   # @param failure_if [#call, nil] given the block's value, true when it is a failure
   # @param shared [String, Symbol, false, nil] a name: the breaker lives in a file every process on the host
   #   shares; false or nil: in this process
+  # @param consecutive_failures [Integer, nil] failed calls in a row that open the breaker whatever
+  #   the window holds (nil: no such rule; docs/choices.md says why that is the default)
   # @param half_open_timeout [Numeric, nil] seconds a round of a half-open stage may take (nil: no limit)
   # @param probe_timeout [Numeric, false, nil] seconds a probe may stay unsettled before it counts as
   #   failed (nil: open_duration; false: never)
@@ -53,7 +55,7 @@ class CircuitBreaker
                  record_errors: [StandardError], ignore_errors: [], failure_if: nil, half_open_timeout: nil,
                  probe_timeout: nil, min_stage_duration: 0, backoff: 1.0, max_open_duration: nil, jitter: 0.0,
                  name: nil, clock: nil, logger: nil, shared: nil, namespace: nil, fleet: nil, fleet_interval: nil,
-                 fleet_quorum: nil)
+                 fleet_quorum: nil, consecutive_failures: nil)
     unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
       raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
     end
@@ -86,7 +88,7 @@ class CircuitBreaker
               half_open_timeout: half_open_timeout, probe_timeout: probe_timeout,
               min_stage_duration: min_stage_duration, backoff: backoff, max_open_duration: max_open_duration,
               jitter: jitter, fleet_quorum: fleet_quorum, name: name, clock: clock, shared: shared,
-              namespace: namespace
+              namespace: namespace, consecutive_failures: consecutive_failures
             })
     @logger = logger
     @open_duration = open_duration.to_f # validated by __setup

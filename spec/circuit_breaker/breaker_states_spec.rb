@@ -10,6 +10,22 @@ RSpec.describe CircuitBreaker, "states" do
   end
 
   describe "closed → open" do
+    it "opens after consecutive_failures failures in a row, whatever the window holds (reason :consecutive_failures)" do
+      breaker = build_breaker(clock: clock, window: CircuitBreaker::SlidingWindow.new(size: 100), min_calls: 20,
+                              consecutive_failures: 3)
+      events = []
+      breaker.on_state_change { |e| events << e.reason }
+      succeed_calls(breaker, 50)
+      fail_calls(breaker, 2)
+      succeed_calls(breaker, 1)
+      fail_calls(breaker, 2)
+      expect(breaker.state).to eq(:closed)
+      fail_calls(breaker, 1)
+      expect([breaker.state, events]).to eq([:open, [:consecutive_failures]])
+      expect { make(consecutive_failures: 0) }.to raise_error(ArgumentError, /consecutive_failures must be nil or an Integer in 1\.\.1_000_000_000/)
+      expect { make(consecutive_failures: "3") }.to raise_error(TypeError, /consecutive_failures/)
+    end
+
     it "stays closed just below the threshold" do
       breaker = make(min_calls: 10, error_rate_threshold: 0.5)
       succeed_calls(breaker, 6)

@@ -33,6 +33,15 @@ pub fn integer(ruby: &Ruby, name: &str, v: Value) -> Result<i64, Error> {
     Ok(i.to_i64().unwrap_or(if negative { i64::MIN } else { i64::MAX }))
 }
 
+/// nil, or an Integer as in [`integer`].
+pub fn opt_integer(ruby: &Ruby, name: &str, v: Value) -> Result<Option<i64>, Error> {
+    if v.is_nil() {
+        Ok(None)
+    } else {
+        integer(ruby, name, v).map(Some)
+    }
+}
+
 /// An Array of Numerics.
 pub fn floats(ruby: &Ruby, name: &str, v: Value) -> Result<Vec<f64>, Error> {
     let Some(ary) = RArray::from_value(v) else {

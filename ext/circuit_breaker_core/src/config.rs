@@ -58,6 +58,9 @@ pub struct Options {
     /// With `fleet:`, the share of the live hosts' reported calls carried
     /// by hosts that opened on their own windows that opens the fleet.
     pub fleet_quorum: f64,
+    /// Failed calls in a row that open a closed breaker whatever the
+    /// window says; None: no such rule.
+    pub consecutive_failures: Option<i64>,
 }
 
 impl Default for Options {
@@ -78,6 +81,7 @@ impl Default for Options {
             max_open_duration: None,
             jitter: 0.0,
             fleet_quorum: 0.5,
+            consecutive_failures: DEFAULT_CONSECUTIVE_FAILURES,
         }
     }
 }
@@ -121,7 +125,13 @@ pub struct Config {
     /// own windows carry at least this share of the live hosts' reported
     /// calls (0 < x <= 1; docs/fleet.md, "When hosts open alone").
     pub fleet_quorum: f64,
+    /// Failed calls in a row that open a closed breaker (>= 1); None: no
+    /// such rule (docs/semantics.md).
+    pub consecutive_failures: Option<u32>,
 }
+
+/// The default of `consecutive_failures` (docs/choices.md says why).
+pub const DEFAULT_CONSECUTIVE_FAILURES: Option<i64> = None;
 
 impl Config {
     /// Validates `o`; the error names the first bad option. One check per
@@ -174,6 +184,10 @@ impl Config {
             return Err(out_of_range("jitter", "a Float in 0.0...1.0 (1.0 excluded)", o.jitter));
         };
         let fleet_quorum = check_f64("fleet_quorum", RATE, o.fleet_quorum, 0.0, true, 1.0)?;
+        let consecutive_failures = o
+            .consecutive_failures
+            .map(|n| check_int("consecutive_failures", "nil or an Integer in 1..1_000_000_000", n, 1, 1_000_000_000))
+            .transpose()?;
         Ok(Self {
             error_rate_threshold,
             slow_rate_threshold,
@@ -191,6 +205,7 @@ impl Config {
             max_open_duration,
             jitter,
             fleet_quorum,
+            consecutive_failures,
         })
     }
 }
@@ -260,6 +275,7 @@ impl Config {
             max_open_duration,
             jitter,
             fleet_quorum,
+            consecutive_failures,
         } = self;
         let mut h = Fnv::default()
             .f64(*error_rate_threshold)
@@ -280,6 +296,7 @@ impl Config {
             .i64(max_open_duration.unwrap_or(-1))
             .f64(*jitter)
             .f64(*fleet_quorum)
+            .i64(consecutive_failures.map_or(-1, i64::from))
             .finish()
     }
 }

@@ -106,6 +106,7 @@ fn reason_of(code: i64) -> Option<Option<Reason>> {
         6 => Reason::HalfOpenTimeout,
         7 => Reason::Manual,
         8 => Reason::ProbeTimeout,
+        9 => Reason::ConsecutiveFailures,
         _ => return None,
     }))
 }
@@ -120,6 +121,7 @@ fn reason_code(r: Reason) -> i64 {
         Reason::HalfOpenTimeout => 6,
         Reason::Manual => 7,
         Reason::ProbeTimeout => 8,
+        Reason::ConsecutiveFailures => 9,
     }
 }
 

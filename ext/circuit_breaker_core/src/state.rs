@@ -220,6 +220,9 @@ pub struct Breaker {
     /// The fleet's view and this host's part in it (docs/fleet.md);
     /// inert unless the breaker was attached to a fleet.
     pub(crate) fleet: HostSide,
+    /// Calls recorded as failures in a row while closed (0 after a success
+    /// and at every transition): `consecutive_failures` opens on it.
+    failure_streak: u32,
 }
 
 /// A breaker's state with the data only that state has. Plain data, stored
@@ -268,6 +271,7 @@ impl Breaker {
             tripped: Counts::default(),
             rng: seed,
             fleet: HostSide::default(),
+            failure_streak: 0,
         }
     }
 
@@ -329,7 +333,10 @@ impl Breaker {
     pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
         let h = crate::hash_layout!(h, enum State);
         let h = crate::hash_layout!(h, enum Phase);
-        let h = crate::hash_layout!(h, Breaker { phase, generation, open_base, counters, tripped, rng, fleet });
+        let h = crate::hash_layout!(
+            h,
+            Breaker { phase, generation, open_base, counters, tripped, rng, fleet, failure_streak }
+        );
         let h =
             crate::hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
         let h = crate::mirror::layout(h);
@@ -598,7 +605,13 @@ impl Breaker {
         if !matches!(self.phase, Phase::Closed) {
             return;
         }
-        if let Some(reason) = trip_reason(cfg, &w.counts(now), w.capacity()) {
+        self.failure_streak = if m.failure { self.failure_streak.saturating_add(1) } else { 0 };
+        // A dependency gone hard down is caught whatever the window holds,
+        // below min_calls too (docs/semantics.md).
+        let streak = cfg.consecutive_failures.is_some_and(|n| self.failure_streak >= n);
+        let reason =
+            trip_reason(cfg, &w.counts(now), w.capacity()).or_else(|| streak.then_some(Reason::ConsecutiveFailures));
+        if let Some(reason) = reason {
             self.enter(State::Open, reason, w, cfg, now, out);
             // A fleet host keeps reporting what it opened with (fleet.rs).
             self.fleet.opened_alone(self.tripped, reason, now, self.generation);
@@ -694,6 +707,7 @@ impl Breaker {
         let from = self.state();
         let window_before = w.counts(now);
         self.generation = self.generation.wrapping_add(1);
+        self.failure_streak = 0;
         self.phase = match to {
             State::Closed => {
                 w.reset();

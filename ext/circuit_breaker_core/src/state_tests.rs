@@ -1683,3 +1683,97 @@ fn zero_min_stage_duration_advances_on_probes_alone() {
     assert!(pass_round(&mut r, e).is_empty());
     assert_eq!(r.metrics(e).stage, Some(1));
 }
+
+// ---------------------------------------------------------------------------
+// consecutive_failures (docs/semantics.md, docs/choices.md)
+// ---------------------------------------------------------------------------
+
+#[test]
+fn failures_in_a_row_open_a_breaker_whose_window_is_full_of_successes() {
+    let mut r = Rig::new(100, |o| o.consecutive_failures = Some(5));
+    for _ in 0..100 {
+        assert!(r.call(OK, 0).is_empty());
+    }
+    for i in 0..4 {
+        assert!(r.call(FAIL, 0).is_empty(), "failure {i}: 4 of 100 is far below the error rate");
+    }
+    assert_eq!(changes(&r.call(FAIL, 0)), [(Closed, Open, ConsecutiveFailures)]);
+}
+
+#[test]
+fn failures_in_a_row_open_below_min_calls_and_a_success_starts_the_count_again() {
+    let mut r = Rig::new(100, |o| {
+        o.consecutive_failures = Some(3);
+        o.min_calls = 50;
+    });
+    for _ in 0..2 {
+        r.call(FAIL, 0);
+    }
+    r.call(OK, 0);
+    for _ in 0..2 {
+        assert!(r.call(FAIL, 0).is_empty());
+    }
+    assert_eq!(changes(&r.call(FAIL, 0)), [(Closed, Open, ConsecutiveFailures)]);
+    // Closing again starts from nothing.
+    r.b.reset(&mut r.w, &r.cfg, 0);
+    for _ in 0..2 {
+        assert!(r.call(FAIL, 0).is_empty());
+    }
+}
+
+#[test]
+fn without_consecutive_failures_only_the_rates_open() {
+    let mut r = Rig::new(100, |o| {
+        o.consecutive_failures = None;
+        o.min_calls = 50;
+    });
+    for _ in 0..49 {
+        assert!(r.call(FAIL, 0).is_empty());
+    }
+    assert_eq!(changes(&r.call(FAIL, 0)), [(Closed, Open, ErrorRate)]);
+}
+
+#[test]
+fn consecutive_failures_is_checked_and_part_of_the_fingerprint() {
+    let bad = Config::new(&Options { consecutive_failures: Some(0), ..Options::default() }).unwrap_err();
+    assert_eq!(bad.name, "consecutive_failures");
+    let a = config(|o| o.consecutive_failures = Some(8)).fingerprint();
+    let b = config(|o| o.consecutive_failures = None).fingerprint();
+    assert_ne!(a, b);
+}
+
+/// Trips of a breaker with the default options and `consecutive_failures`
+/// `n`, over `calls` calls failing at random with probability `p`
+/// (a fixed-seed generator: the same run every time).
+fn trips_at_error_rate(n: Option<i64>, p: f64, calls: usize) -> usize {
+    let mut r = Rig::new(100, |o| o.consecutive_failures = n);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut trips = 0;
+    let mut now = 0;
+    for _ in 0..calls {
+        now += 10 * MS; // 100 calls/s
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let failed = (x >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p;
+        match r.acquire(now).0 {
+            Decision::Allowed(permit) => {
+                let t = r.complete(permit, if failed { FAIL } else { OK }, now);
+                trips += changes(&t).iter().filter(|c| c.1 == Open).count();
+            }
+            Decision::Rejected(_) => {}
+        }
+    }
+    trips
+}
+
+#[test]
+fn the_default_streak_rarely_trips_on_a_steady_twenty_percent_of_errors() {
+    // 100 minutes at 100 calls/s: 600,000 calls, each failing with p = 0.2.
+    // A run of 8 failures starts at a given call with 0.8 * 0.2^8: about
+    // 0.15 times per 10 minutes (60,000 calls); a run of 5, 15 times.
+    let trips = trips_at_error_rate(Some(8), 0.2, 600_000);
+    assert!(trips < 10, "{trips} trips in 100 minutes: more than once per 10 minutes");
+    assert!(trips_at_error_rate(Some(5), 0.2, 600_000) > 50, "a streak of 5 would trip all the time");
+    assert_eq!(trips_at_error_rate(None, 0.2, 600_000), 0, "the window's 50 % is never reached");
+}

@@ -51,4 +51,6 @@ pub enum Reason {
     /// `trip!`, `reset!`, `force_open!` or `disable!`.
     #[default]
     Manual,
+    /// `consecutive_failures` calls failed in a row.
+    ConsecutiveFailures,
 }

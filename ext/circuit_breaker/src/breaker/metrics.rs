@@ -34,7 +34,7 @@ pub(super) fn state_sym(ruby: &Ruby, s: State) -> Symbol {
     )
 }
 
-static REASONS: [LazyId; 8] = [
+static REASONS: [LazyId; 9] = [
     LazyId::new("error_rate"),
     LazyId::new("slow_call_rate"),
     LazyId::new("probe_failed"),
@@ -43,6 +43,7 @@ static REASONS: [LazyId; 8] = [
     LazyId::new("half_open_timeout"),
     LazyId::new("probe_timeout"),
     LazyId::new("manual"),
+    LazyId::new("consecutive_failures"),
 ];
 static ID_HOST: LazyId = LazyId::new("host");
 static ID_PROCESS: LazyId = LazyId::new("process");
@@ -66,6 +67,7 @@ pub(super) fn reason_sym(ruby: &Ruby, r: Reason) -> Symbol {
             Reason::HalfOpenTimeout => 5,
             Reason::ProbeTimeout => 6,
             Reason::Manual => 7,
+            Reason::ConsecutiveFailures => 8,
         }],
     )
 }

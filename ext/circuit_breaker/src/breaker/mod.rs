@@ -276,6 +276,7 @@ impl Breaker {
             jitter: float("jitter")?,
             // nil (no fleet_quorum:): the core's default.
             fleet_quorum: opt_float("fleet_quorum")?.unwrap_or(Options::default().fleet_quorum),
+            consecutive_failures: args::opt_integer(ruby, "consecutive_failures", g("consecutive_failures")?)?,
         };
         Config::new(&options).map_err(|e| config_error_given(ruby, e, |name| g(name).ok()))
     }
