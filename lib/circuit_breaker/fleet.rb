@@ -41,7 +41,7 @@ class CircuitBreaker
       # @api private
       def attach(breaker, settings, interval, shared: nil, namespace: nil)
         host_key = shared && "#{Socket.gethostname}:#{Process.uid}:shared:#{shared}"
-        breaker.instance_variable_set(:@fleet_status, :degraded)
+        breaker.instance_variable_set(:@fleet_status, :connecting)
         syncer = @lock.synchronize { @syncers[[settings, interval]] ||= Syncer.new(settings, interval) }
         breaker.__send__(:__fleet_attach, syncer.waker)
         syncer.add(breaker, host_key, namespace)
@@ -53,6 +53,23 @@ class CircuitBreaker
       def after_fork
         @lock = Mutex.new
         @syncers.each_value(&:after_fork)
+      end
+
+      # The default namespace of fleet keys: RAILS_ENV, RACK_ENV or APP_ENV,
+      # else none (docs/fleet.md, "Keys").
+      # @api private
+      # @return [String, nil]
+      def environment
+        env = ENV["RAILS_ENV"] || ENV["RACK_ENV"] || ENV["APP_ENV"]
+        env.nil? || env.empty? ? nil : CircuitBreaker.__send__(:__shared_key, :namespace, env)
+      end
+
+      # The Redis server a `fleet:` value names (its connection settings),
+      # so that two clients of one server are one fleet (the registry
+      # compares `fleet:` by it).
+      # @api private
+      def server(fleet)
+        connection_settings(fleet)
       end
 
       # @api private
@@ -289,7 +306,7 @@ class CircuitBreaker
         # others read the state it brings into the shared record.
         list = entries.select do |breaker, _, _|
           leader, connected = breaker.__send__(:__fleet_claim, @stale_ms)
-          breaker.__send__(:__fleet_status, connected ? :connected : :degraded) unless leader
+          status(breaker, connected) unless leader
           leader
         end
         return if list.empty?
@@ -303,15 +320,35 @@ class CircuitBreaker
         list.each_with_index do |(breaker, _, _), i|
           reply = replies && replies[i]
           reply = nil unless reply.is_a?(Array)
-          connected, proposing = breaker.__send__(:__fleet_receive, reply)
-          breaker.__send__(:__fleet_status, connected ? :connected : :degraded)
-          # A change of the fleet's state goes at the next slot's start.
-          @waker.signal if proposing
+          receive(breaker, reply)
         end
       rescue StandardError => e
         # A listener's error is reported by Events; anything else here is a
         # bug of the syncer, which must not stop syncing.
         warn "circuit_breaker: fleet syncer: #{e.class}: #{e.message}" if $VERBOSE
+      end
+
+      # Hands one reply to its breaker. The listeners this runs (state
+      # changes, fleet status) are user code: whatever they raise, of any
+      # class (`exit`, `raise Exception`), is reported and never stops the
+      # syncer or the other breakers' replies.
+      def receive(breaker, reply)
+        connected, proposing = breaker.__send__(:__fleet_receive, reply)
+        # A change of the fleet's state goes at the next slot's start.
+        @waker.signal if proposing
+        status(breaker, connected)
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        listener_raised(breaker, e)
+      end
+
+      def status(breaker, connected)
+        breaker.__send__(:__fleet_status, connected ? :connected : :degraded)
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        listener_raised(breaker, e)
+      end
+
+      def listener_raised(breaker, error)
+        warn "circuit_breaker: fleet syncer: a listener of #{breaker.name.inspect} raised #{error.class}" if $VERBOSE
       end
 
       def round_trip(sends)
@@ -382,8 +419,8 @@ class CircuitBreaker
 
     # `metrics[:fleet]` and `on_fleet_change` for fleet breakers.
     module Breaker
-      # @return [Hash] docs/operating.md's metrics, with `fleet:` (:connected or
-      #   :degraded) on a fleet breaker
+      # @return [Hash] docs/operating.md's metrics, with `fleet:` (:connecting
+      #   until the first reply, then :connected or :degraded) on a fleet breaker
       def metrics
         m = super
         status = @fleet_status

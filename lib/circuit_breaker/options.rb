@@ -69,11 +69,14 @@ class CircuitBreaker
 
     # Checked before the breaker exists (docs/fleet.md); nothing connects yet.
     fleet_settings = Fleet.settings(fleet, fleet_interval) unless fleet.nil?
+    # The fleet's keys are the breaker's name: unnamed breakers would be one.
+    raise ArgumentError, "fleet: needs name: (or shared:), the name the hosts share" if fleet && name.nil? && shared.nil?
 
     namespace = CircuitBreaker.__send__(:__shared_key, :namespace, namespace, empty: true) unless namespace.nil?
-    # Fleet keys are namespaced only when asked: the hosts of one fleet may
-    # run from different directories (docs/fleet.md, "Keys").
-    fleet_namespace = namespace
+    # Fleet keys are namespaced by the environment unless asked otherwise:
+    # the hosts of one fleet may run from different directories, and a test
+    # suite must never act on a development fleet (docs/fleet.md, "Keys").
+    fleet_namespace = namespace || Fleet.environment
     shared = nil if shared == false # per process, said outright (docs/shared.md, "Host scope")
     unless shared.nil?
       shared = CircuitBreaker.__send__(:__shared_key, :shared, shared)

@@ -75,8 +75,15 @@ class CircuitBreaker
       # differ by value (see {comparable}).
       def differing_keys(registered, given)
         (registered.keys | given.keys).reject do |k|
-          registered.key?(k) && given.key?(k) && comparable(registered[k]) == comparable(given[k])
+          registered.key?(k) && given.key?(k) && option(k, registered[k]) == option(k, given[k])
         end
+      end
+
+      # An option as it is compared: `fleet:` by the server it names (a new
+      # client of the same Redis is the same fleet), the others by
+      # {comparable}.
+      def option(key, value)
+        key == :fleet ? Fleet.server(value) : comparable(value)
       end
 
       # What an option value is compared by, so that re-running the same

@@ -33,10 +33,10 @@ RSpec.describe "CircuitBreaker.new(fleet:, fleet_interval:)" do
 
   it "names fleet_quorum and its range when it is out of range" do
     [0, 1.5, -0.1, Float::NAN].each do |bad|
-      expect { CircuitBreaker.new(fleet: "unix:///tmp/none.sock", fleet_quorum: bad) }
+      expect { CircuitBreaker.new(name: "q", fleet: "unix:///tmp/none.sock", fleet_quorum: bad) }
         .to raise_error(ArgumentError, /fleet_quorum must be a Float in \(0.0, 1.0\]/)
     end
-    expect { CircuitBreaker.new(fleet: "unix:///tmp/none.sock", fleet_quorum: "half") }
+    expect { CircuitBreaker.new(name: "q", fleet: "unix:///tmp/none.sock", fleet_quorum: "half") }
       .to raise_error(TypeError, /fleet_quorum/)
   end
 
