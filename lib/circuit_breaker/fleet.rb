@@ -406,13 +406,21 @@ class CircuitBreaker
       end
     end
 
-    # After fork, the child's syncers start afresh (Ruby 3.1+ `Process._fork`).
+    # After fork, the child's syncers start afresh (Ruby 3.1+ `Process._fork`);
+    # `Process.daemon` forks without `_fork`, and the daemon's syncers start
+    # afresh the same way.
     # @api private
     module ForkHook
       def _fork
         pid = super
         Fleet.after_fork if pid.zero?
         pid
+      end
+
+      def daemon(...)
+        result = super
+        Fleet.after_fork
+        result
       end
     end
     Process.singleton_class.prepend(ForkHook)

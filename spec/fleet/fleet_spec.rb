@@ -503,6 +503,28 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     end
   end
 
+  it "keeps syncing after Process.daemon, its own calls under a new host id" do
+    breaker = fleet_breaker(min_calls: 1_000)
+    wait_for("connected") { breaker.metrics[:fleet] == :connected }
+    key = "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:hosts"
+    done_r, done_w = IO.pipe
+    pid = fork do
+      done_w.close
+      Process.daemon(true, true) # the daemon keeps the pipe: it ends when the parent closes it
+      3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+      done_r.wait_readable(DEADLINE)
+      exit!(0)
+    end
+    done_r.close
+    Process.wait(pid) # the daemon's parent exits at once
+    begin
+      failures = -> { redis_server.command("HVALS", key).map { |v| Integer(v.split[2]) }.sort }
+      wait_for("the daemon's own host field") { failures.() == [0, 3] }
+    ensure
+      done_w.close
+    end
+  end
+
   it "keeps one round trip per interval whatever the number of calls" do
     breaker = fleet_breaker
     wait_for("connected") { breaker.metrics[:fleet] == :connected }

