@@ -3,9 +3,18 @@
 require "timeout" # Timeout::Error always counts as a failure
 require_relative "circuit_breaker/version"
 require_relative "circuit_breaker/errors"
-# The native library: lib/circuit_breaker/ in a checkout, the gem's
-# extension directory once installed.
-require "circuit_breaker/circuit_breaker"
+# The native library. A platform gem carries one per Ruby ABI, in
+# lib/circuit_breaker/3.1/, 3.3/, ... (docs/install.md); a checkout
+# (`rake compile`) and the source gem have the one they built in
+# lib/circuit_breaker/. Chosen by file, not by rescuing LoadError, so that a
+# library that exists but cannot load (an older glibc) says why.
+require "rbconfig"
+abi_library = "circuit_breaker/#{RUBY_VERSION[/\A\d+\.\d+/]}/circuit_breaker"
+if File.exist?(File.join(__dir__, "#{abi_library}.#{RbConfig::CONFIG['DLEXT']}"))
+  require_relative abi_library
+else
+  require "circuit_breaker/circuit_breaker"
+end
 # Before the options: CircuitBreaker.configure's defaults go under what the
 # aliases resolved.
 require_relative "circuit_breaker/durations"
