@@ -9,11 +9,18 @@ require_relative "circuit_breaker/errors"
 # lib/circuit_breaker/. Chosen by file, not by rescuing LoadError, so that a
 # library that exists but cannot load (an older glibc) says why.
 require "rbconfig"
-abi_library = "circuit_breaker/#{RUBY_VERSION[/\A\d+\.\d+/]}/circuit_breaker"
-if File.exist?(File.join(__dir__, "#{abi_library}.#{RbConfig::CONFIG['DLEXT']}"))
-  require_relative abi_library
-else
+abi = RUBY_VERSION[/\A\d+\.\d+/]
+abi_libraries = Dir.glob(File.join(__dir__, "circuit_breaker", "*", "circuit_breaker.#{RbConfig::CONFIG['DLEXT']}"))
+if abi_libraries.any? { |f| File.basename(File.dirname(f)) == abi }
+  require_relative "circuit_breaker/#{abi}/circuit_breaker"
+elsif abi_libraries.empty?
   require "circuit_breaker/circuit_breaker"
+else
+  # A platform gem for other Rubies (RubyGems cannot exclude the ones
+  # between those it carries).
+  carried = abi_libraries.map { |f| File.basename(File.dirname(f)) }.sort.join(", ")
+  raise LoadError, "circuit_breaker: this platform gem has its native library for Ruby #{carried}, " \
+                   "not #{RUBY_VERSION}: install the source gem (`gem install circuit_breaker --platform ruby`, docs/install.md)"
 end
 # Before the options: CircuitBreaker.configure's defaults go under what the
 # aliases resolved.
