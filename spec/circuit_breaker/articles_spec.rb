@@ -9,7 +9,9 @@ require "tmpdir"
 # (lib/circuit_breaker/articles.rb). Each case runs in a fresh Ruby, since
 # top-level names are process-wide.
 RSpec.describe "top-level names" do
-  lib = File.expand_path("../../lib", __dir__)
+  # Real path: Ruby reports where files were loaded from so (lib/ may be a
+  # symlink, as in rake gem:install_check).
+  lib = File.realpath(File.expand_path("../../lib", __dir__))
   run = lambda do |code, *flags|
     out, err, status = Open3.capture3(RbConfig.ruby, *flags, "-I", lib, "-e", code)
     raise "ruby failed:\n#{err}\n#{out}" unless status.success?
@@ -47,7 +49,9 @@ RSpec.describe "top-level names" do
       begin
         App.client
       rescue NameError => e
-        p [e.message.lines.first.chomp, e.message.lines.last.strip, e.name, e.receiver, e.backtrace_locations.first.path, e.backtrace_locations.first.lineno]
+        # Ruby 3.2 moved error_highlight's caret from message to detailed_message.
+        full = e.respond_to?(:detailed_message) ? e.detailed_message(highlight: false) : e.message
+        p [e.message.lines.first.chomp, full.lines.last.strip, e.name, e.receiver, e.backtrace_locations.first.path, e.backtrace_locations.first.lineno]
       end
     RUBY
 

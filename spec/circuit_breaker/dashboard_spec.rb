@@ -300,7 +300,11 @@ RSpec.describe CircuitBreaker::Dashboard do
     it "answer 400, not 500, to a form body nested past Rack's limit or malformed, and act on nothing" do
       t = token
       deep = "#{'a[' * 200}b#{']' * 200}=1"
-      [deep, "csrf_token[]=1&csrf_token[x]=2", "%"].each do |body|
+      # Rack 3.1 reads a body nested past its limit without an error (the
+      # rest of the name becomes a key): only Rack 2 and 3.0 refuse it.
+      unreadable = ["csrf_token[]=1&csrf_token[x]=2", "%"]
+      unreadable << deep if Gem::Version.new(Rack.release) < Gem::Version.new("3.1")
+      unreadable.each do |body|
         post "/breakers/payments/trip", body, "CONTENT_TYPE" => "application/x-www-form-urlencoded", "HTTP_X_CSRF_TOKEN" => t
         expect([last_response.status, last_response.body]).to eq([400, "unreadable form body\n"])
       end

@@ -5,7 +5,11 @@
 # cost: "open rejection, ActiveSupport loaded, nobody subscribed").
 # Tagged :integration like notifications_spec.rb, which loads ActiveSupport.
 RSpec.describe CircuitBreaker, "ActiveSupport::Notifications with nobody subscribed", :integration do
-  before(:context) { require "active_support/notifications" }
+  before(:context) do
+    # ActiveSupport 7 needs its base loaded first, as in notifications_spec.rb.
+    require "active_support"
+    require "active_support/notifications"
+  end
 
   let(:clock) { CircuitBreaker::ManualClock.new }
   let(:breaker) { CircuitBreaker.new(name: "quiet", clock: clock, min_calls: 1, open_duration: 30) }

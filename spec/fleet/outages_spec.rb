@@ -123,8 +123,13 @@ RSpec.describe "CircuitBreaker fleet: outages", :redis do
     File.symlink(primary.socket, link)
     begin
       failover = lambda do |_|
-        # Unlike a restart, the promoted replica holds the fleet's keys.
-        expect(replica.command("KEYS", "circuit_breaker:*{#{name}-*").size).to eq(4)
+        # Unlike a restart, the promoted replica holds the fleet's keys, once
+        # replication (asynchronous) has carried them over.
+        keys = wait_until(what: "the fleet's keys on the replica") do
+          found = replica.command("KEYS", "circuit_breaker:*{#{name}-*")
+          found if found.size == 4
+        end
+        expect(keys.size).to eq(4)
         File.symlink(replica.socket, "#{link}.new")
         File.rename("#{link}.new", link)
         replica
