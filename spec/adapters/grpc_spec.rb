@@ -51,6 +51,15 @@ GrpcSpecStub = GrpcSpecService.rpc_stub_class
 
 RSpec.describe CircuitBreaker::Adapters::GRPC::Interceptor do
   before(:all) do
+    # grpc 1.51 (Debian 12 and 13) is not compaction-safe either: after
+    # spec/circuit_breaker/gc_spec.rb's GC.compact, Ruby 3.3 raised "broken
+    # members" from run_batch, or crashed there. As for mysql2
+    # (active_record_spec.rb): bin/test also runs spec/adapters in a process
+    # of its own, where these run.
+    if GC.stat(:compact_count).positive?
+      skip "the heap was compacted in this process and grpc 1.51 is not compaction-safe; " \
+           "`rspec spec/adapters` (bin/test runs it) runs these"
+    end
     @server = GRPC::RpcServer.new(pool_size: 4)
     @port = @server.add_http2_port("127.0.0.1:0", :this_port_is_insecure)
     @server.handle(GrpcSpecService)
