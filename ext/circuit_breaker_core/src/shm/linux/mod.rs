@@ -15,6 +15,7 @@ mod cleanup;
 mod file;
 mod private_dir;
 #[cfg(test)]
+#[path = "linux_tests.rs"]
 mod tests;
 
 pub use cleanup::{remove_unused, sweep};
