@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "circuit_breaker/fleet"
+
 require "securerandom"
 require_relative "../spec/support/redis_server"
 

@@ -34,7 +34,6 @@ require_relative "circuit_breaker/permits"
 require_relative "circuit_breaker/events"
 require_relative "circuit_breaker/registry"
 require_relative "circuit_breaker/scope"
-require_relative "circuit_breaker/fleet"
 
 class CircuitBreaker
   include Permits

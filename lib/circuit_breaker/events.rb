@@ -44,7 +44,27 @@ class CircuitBreaker
       self
     end
 
+    # Calls the block with :connected or :degraded each time a fleet
+    # breaker's link to Redis changes (docs/fleet.md, "Degraded mode").
+    #
+    # @example
+    #   breaker.on_fleet_change { |status| warn "payments fleet: #{status}" }
+    # @return [self]
+    def on_fleet_change(&listener)
+      raise ArgumentError, "on_fleet_change needs a block" unless listener
+
+      (@fleet_listeners ||= []) << listener
+      self
+    end
+
     private
+
+    # A fleet breaker's link changed (its syncer, lib/circuit_breaker/fleet.rb).
+    def __fleet_status(status)
+      @fleet_listeners&.each { |l| __guard("on_fleet_change") { l.call(status) } }
+      __instrument("fleet_change.circuit_breaker") { { name: name, status: status } }
+      nil
+    end
 
     # Per thread: the breakers whose transitions it is delivering, with
     # those that came meanwhile (a listener that calls `reset!`).

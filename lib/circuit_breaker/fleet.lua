@@ -3,28 +3,35 @@
 -- the host's absolute report, sums the live hosts' reports and grants probe
 -- slots up to the quota. Every decision is the Rust core's (fleet.rs).
 --
+-- The wire format is written twice: here (REPORT, REPLY) and in the Rust
+-- core (ext/circuit_breaker_core/src/fleet.rs, REPORT_FIELDS and
+-- REPLY_FIELDS); spec/fleet/wire_spec.rb checks one against the other.
+--
 -- KEYS[1] hosts hash, KEYS[2] state hash.
--- ARGV: 1 host id, 2 host_ttl_ms, 3 key_ttl_ms, 4 probe quota,
---       5 total, 6 failures, 7 slow calls,
---       8 fleet generation the host's probes belong to, 9 probe slots wanted
---       in all, 10 probes passed, 11 probes failed,
---       12 kind (0 nothing, 1 proposal, 2 command), 13 expected version,
---       14 state, 15 reason, 16 open for (ms), 17 backed-off open length (ms), 18 stage,
---       19 why the host opened on its own window (0: it did not; then 5..7 are
---          the counts it opened with),
---       20 the reset generation its counts follow (counted only if it is the
---          fleet's: counts sent before a reset! never count after it),
---       21 the channel a change is published on (pushed to every host).
--- Reply: {1, epoch, version, state, generation, reason, open remaining (ms),
---         backed-off open length (ms), stage, stage elapsed (ms),
---         total, failures, slow calls, live hosts, slots granted to this host,
---         slots granted in all, probes passed, probes failed, applied,
---         round elapsed (ms), live hosts that opened alone, their calls,
---         reset generation}
--- A change that was applied is also published: the same reply with 2 in
--- front (pushed, not an answer to the receiver's send) and no grant.
--- Or {-1} when a key held something malformed (it is deleted; the next
+-- ARGV[1] host id; ARGV[2] the host's report, integers separated by spaces,
+-- named by REPORT:
+--   host_ttl, key_ttl (ms), quota (probe slots per stage);
+--   total, failures, slow: the host's window (or, while it opened alone,
+--     the counts it opened with);
+--   probe_generation: the fleet generation its probes belong to; want:
+--     probe slots wanted in all; passed, failed: its probes;
+--   kind (0 nothing, 1 proposal, 2 command), expected version, state,
+--     reason, open_for (ms), open_base (backed-off open length, ms), stage;
+--   alone: why the host opened on its own window (0: it did not);
+--   reset_generation: the reset generation its counts follow (counted only
+--     if it is the fleet's: counts sent before a reset! never count after it).
+-- ARGV[3] the channel a change is published on (pushed to every host).
+-- Reply: one string, the integers REPLY names separated by spaces, kind 1.
+-- A change that was applied is also published: the same words with kind 2
+-- (pushed, not an answer to the receiver's send) and no grant.
+-- Or '-1' when a key held something malformed (it is deleted; the next
 -- send rebuilds it).
+local REPORT = {'host_ttl', 'key_ttl', 'quota', 'total', 'failures', 'slow', 'probe_generation', 'want',
+  'passed', 'failed', 'kind', 'expected', 'state', 'reason', 'open_for', 'open_base', 'stage', 'alone',
+  'reset_generation'}
+local REPLY = {'kind', 'epoch', 'version', 'state', 'generation', 'reason', 'remaining', 'open_base', 'stage',
+  'stage_elapsed', 'total', 'failures', 'slow', 'hosts', 'granted_here', 'granted', 'passed', 'failed',
+  'applied', 'round_elapsed', 'alone_hosts', 'alone_calls', 'reset_generation'}
 local CLOSED, OPEN, HALF_OPEN = 0, 1, 2
 local hosts, state = KEYS[1], KEYS[2]
 local clock = redis.call('TIME')
@@ -36,13 +43,17 @@ local function int(x)
   return n
 end
 
-local args = {}
-for k = 2, 20 do
-  args[k] = int(ARGV[k])
-  if args[k] == nil then return redis.error_reply('circuit_breaker: bad argument ' .. k) end
+local a, n = {}, 0
+for word in string.gmatch(ARGV[2], '%S+') do
+  n = n + 1
+  if REPORT[n] == nil or int(word) == nil then break end
+  a[REPORT[n]] = int(word)
+end
+if n ~= #REPORT or a[REPORT[n]] == nil then
+  return redis.error_reply('circuit_breaker: a report has ' .. #REPORT .. ' integers')
 end
 local me = ARGV[1]
-local host_ttl, key_ttl, quota = args[2], args[3], args[4]
+local host_ttl, key_ttl, quota = a.host_ttl, a.key_ttl, a.quota
 
 -- The fleet state: absent means a fleet that never opened (epoch = now).
 -- rt, the round's start, may be missing (a state an older gem wrote): the
@@ -57,7 +68,7 @@ else
     st[name] = int(raw[n])
     if st[name] == nil then
       redis.call('DEL', state)
-      return {-1}
+      return '-1'
     end
   end
   local rt, rg = unpack(redis.call('HMGET', state, 'rt', 'rg'))
@@ -65,23 +76,23 @@ else
   st.rg = rg and int(rg) or 0 -- missing before resets had generations
   if st.rt == nil or st.rg == nil then
     redis.call('DEL', state)
-    return {-1}
+    return '-1'
   end
 end
 
 local applied = 0
-local kind = args[12]
-if kind == 2 or (kind == 1 and args[13] == st.v) then
+local kind = a.kind
+if kind == 2 or (kind == 1 and a.expected == st.v) then
   st.v = st.v + 1
   st.g = st.g + 1
   -- A new round of the same stage keeps the stage's start (t): what
   -- min_stage_duration counts from. Every change starts a round (rt):
   -- what half_open_timeout counts from.
-  local same_stage = st.s == HALF_OPEN and args[14] == HALF_OPEN and args[18] == st.i and kind == 1
-  st.s, st.r, st.b, st.i = args[14], args[15], args[17], args[18]
+  local same_stage = st.s == HALF_OPEN and a.state == HALF_OPEN and a.stage == st.i and kind == 1
+  st.s, st.r, st.b, st.i = a.state, a.reason, a.open_base, a.stage
   if not same_stage then st.t = now end
   st.rt = now
-  st.u = (st.s == OPEN) and (now + args[16]) or 0
+  st.u = (st.s == OPEN) and (now + a.open_for) or 0
   -- reset!: a new count generation.
   if kind == 2 and st.s == CLOSED then st.rg = st.g end
   applied = 1
@@ -102,7 +113,7 @@ for n = 1, #all, 2 do
   for k = 1, 9 do
     if v[k] == nil then
       redis.call('DEL', hosts)
-      return {-1}
+      return '-1'
     end
   end
   local in_stage = st.s == HALF_OPEN and v[5] == st.g
@@ -128,36 +139,43 @@ end
 -- that found none), up to the room the others leave, so the sum never exceeds
 -- the quota and unused slots go back (a resent request asks for the same
 -- total: idempotent).
-local in_stage = st.s == HALF_OPEN and args[8] == st.g
+local in_stage = st.s == HALF_OPEN and a.probe_generation == st.g
 if in_stage then
   local room = quota - granted - mine
-  if args[9] < mine then
-    mine = args[9]
-  elseif args[9] > mine and room > 0 then
-    mine = mine + math.min(args[9] - mine, room)
+  if a.want < mine then
+    mine = a.want
+  elseif a.want > mine and room > 0 then
+    mine = mine + math.min(a.want - mine, room)
   end
 else
   mine = 0
 end
-redis.call('HSET', hosts, me, table.concat({now, args[5], args[6], args[7], args[8], args[9], mine,
-  args[10], args[11], args[19], args[20]}, ' '))
+redis.call('HSET', hosts, me, table.concat({now, a.total, a.failures, a.slow, a.probe_generation, a.want, mine,
+  a.passed, a.failed, a.alone, a.reset_generation}, ' '))
 redis.call('PEXPIRE', hosts, key_ttl)
-if args[20] == st.rg then
-  total, failures, slow = total + args[5], failures + args[6], slow + args[7]
-  if args[19] > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + args[5] end
+if a.reset_generation == st.rg then
+  total, failures, slow = total + a.total, failures + a.failures, slow + a.slow
+  if a.alone > 0 then alone_hosts, alone_calls = alone_hosts + 1, alone_calls + a.total end
 end
 if in_stage then
-  granted, passed, failed = granted + mine, passed + args[10], failed + args[11]
+  granted, passed, failed = granted + mine, passed + a.passed, failed + a.failed
 end
 
 local remaining = 0
 if st.s == OPEN then remaining = math.max(st.u - now, 0) end
-local reply = {1, st.e, st.v, st.s, st.g, st.r, remaining, st.b, st.i, now - st.t,
-  total, failures, slow, live, mine, granted, passed, failed, applied, now - st.rt,
-  alone_hosts, alone_calls, st.rg}
-if applied == 1 then
-  local pushed = {unpack(reply)}
-  pushed[1], pushed[15] = 2, 0
-  redis.call('PUBLISH', ARGV[21], table.concat(pushed, ' '))
+local r = {kind = 1, epoch = st.e, version = st.v, state = st.s, generation = st.g, reason = st.r,
+  remaining = remaining, open_base = st.b, stage = st.i, stage_elapsed = now - st.t, total = total,
+  failures = failures, slow = slow, hosts = live, granted_here = mine, granted = granted, passed = passed,
+  failed = failed, applied = applied, round_elapsed = now - st.rt, alone_hosts = alone_hosts,
+  alone_calls = alone_calls, reset_generation = st.rg}
+local function text(reply)
+  local out = {}
+  for k, name in ipairs(REPLY) do out[k] = string.format('%.0f', reply[name]) end
+  return table.concat(out, ' ')
 end
-return reply
+if applied == 1 then
+  r.kind, r.granted_here = 2, 0
+  redis.call('PUBLISH', ARGV[3], text(r))
+  r.kind, r.granted_here = 1, mine
+end
+return text(r)

@@ -35,16 +35,15 @@ class CircuitBreaker
         [connection_settings(fleet), interval.to_f]
       end
 
-      # Starts syncing `breaker` (a new breaker, from its `initialize`).
-      # With `shared:` the host id is the shared name's: every process of
-      # the host writes the same field (docs/fleet.md).
+      # Starts syncing `breaker` (a new breaker, from its `initialize`)
+      # through its {Link}, which the breaker keeps (the syncer holds links
+      # weakly). With `shared:` the host id is the shared name's: every
+      # process of the host writes the same field (docs/fleet.md).
       # @api private
       def attach(breaker, settings, interval, shared: nil, namespace: nil)
         host_key = shared && "#{Socket.gethostname}:#{Process.uid}:shared:#{shared}"
-        breaker.instance_variable_set(:@fleet_status, :connecting)
         syncer = @lock.synchronize { @syncers[[settings, interval]] ||= Syncer.new(settings, interval) }
-        breaker.__send__(:__fleet_attach, syncer.waker)
-        syncer.add(breaker, host_key, namespace)
+        breaker.instance_variable_set(:@fleet_link, syncer.link(breaker, host_key, namespace))
       end
 
       # In a forked child: every syncer starts afresh (new thread, new
@@ -158,7 +157,7 @@ class CircuitBreaker
         @host_ttl_ms = [1000, (5000 * interval).ceil].max
         # A sender silent for this long (dead, stopped) is replaced.
         @stale_ms = [500, (3000 * interval).ceil + (1000 * @timeout).ceil].max
-        @breakers = ObjectSpace::WeakMap.new
+        @links = ObjectSpace::WeakMap.new
         @lock = Mutex.new
         @waker = Waker.new
         start_fresh
@@ -167,16 +166,16 @@ class CircuitBreaker
       # @return [Waker] what this syncer's breakers wake it with on a failure
       attr_reader :waker
 
-      # Adds a breaker (weakly: a breaker nobody uses any more is dropped;
-      # what the syncer needs lives in the breaker, since a WeakMap's
-      # values are weak too).
-      def add(breaker, host_key, namespace)
+      # A new breaker's link (held weakly here: a breaker nobody uses any
+      # more is dropped with its link).
+      # @return [Link]
+      def link(breaker, host_key, namespace)
         prefix = namespace ? "#{PREFIX}:#{namespace}" : PREFIX
-        tag = "#{prefix}:{#{breaker.name}:#{breaker.__send__(:__fleet_hash)}}"
-        breaker.instance_variable_set(:@fleet_sync, [host_key, tag].freeze)
-        @lock.synchronize { @breakers[breaker] = true }
+        link = Link.new(breaker, @waker, host_key, prefix, @host_ttl_ms, @stale_ms)
+        @lock.synchronize { @links[link] = true }
         wake # reported within this slot, not at its end
         ensure_thread
+        link
       end
 
       # Sends soon, within the budget: at once unless this slot's send
@@ -191,7 +190,7 @@ class CircuitBreaker
         @lock = Mutex.new
         @waker.after_fork
         start_fresh
-        ensure_thread unless entries.empty?
+        ensure_thread unless links.empty?
       end
 
       def stop
@@ -259,15 +258,7 @@ class CircuitBreaker
       end
 
       def pushed(channel, message)
-        words = message.split(" ")
-        return unless words.size == REPLY_LEN && words.first == "2"
-
-        reply = words.map { |w| Integer(w, 10) }
-        entries.each do |breaker, _, tag|
-          breaker.__send__(:__fleet_receive, reply) if channel == "#{tag}:changed"
-        end
-      rescue StandardError
-        nil # a message not of this gem's making changes nothing
+        links.each { |link| receive(link, message) if link.channel == channel }
       end
 
       # One send per slot of @interval: at the slot's end, or pulled to
@@ -294,61 +285,46 @@ class CircuitBreaker
         Process.clock_gettime(Process::CLOCK_MONOTONIC)
       end
 
-      def entries
+      def links
         list = []
-        @breakers.each_key { |breaker| list << [breaker, *breaker.instance_variable_get(:@fleet_sync)] }
+        @links.each_key { |link| list << link }
         list
       end
 
-      # One round trip for every breaker; every reply (or nil) to its breaker.
+      # One round trip for every breaker this process sends for (with
+      # shared:, one process per host sends for a breaker; the others read
+      # the state it brings into the shared record); every reply (or nil)
+      # to its link.
       def sync_once
-        # With shared:, one process per host sends for a breaker; the
-        # others read the state it brings into the shared record.
-        list = entries.select do |breaker, _, _|
-          leader, connected = breaker.__send__(:__fleet_claim, @stale_ms)
-          status(breaker, connected) unless leader
-          leader
+        sends = []
+        links.each do |link|
+          send = guard(link) { link.prepare(@process_id) }
+          sends << [link, send] if send
         end
-        return if list.empty?
+        return if sends.empty?
 
-        sends = list.map do |breaker, host_key, tag|
-          argv = [host_key || @process_id, @host_ttl_ms, key_ttl_ms(breaker), quota(breaker),
-                  *breaker.__send__(:__fleet_report), "#{tag}:changed"]
-          ["#{tag}:hosts", "#{tag}:state", argv]
-        end
-        replies = round_trip(sends)
-        list.each_with_index do |(breaker, _, _), i|
-          reply = replies && replies[i]
-          reply = nil unless reply.is_a?(Array)
-          receive(breaker, reply)
-        end
+        replies = round_trip(sends.map(&:last))
+        sends.each_with_index { |(link, _), i| receive(link, replies && replies[i]) }
       rescue StandardError => e
-        # A listener's error is reported by Events; anything else here is a
-        # bug of the syncer, which must not stop syncing.
+        # A bug of the syncer, which must not stop syncing.
         warn "circuit_breaker: fleet syncer: #{e.class}: #{e.message}" if $VERBOSE
       end
 
-      # Hands one reply to its breaker. The listeners this runs (state
-      # changes, fleet status) are user code: whatever they raise, of any
-      # class (`exit`, `raise Exception`), is reported and never stops the
-      # syncer or the other breakers' replies.
-      def receive(breaker, reply)
-        connected, proposing = breaker.__send__(:__fleet_receive, reply)
+      # Hands one reply (or pushed change) to its link.
+      def receive(link, reply)
         # A change of the fleet's state goes at the next slot's start.
-        @waker.signal if proposing
-        status(breaker, connected)
-      rescue Exception => e # rubocop:disable Lint/RescueException
-        listener_raised(breaker, e)
+        @waker.signal if guard(link) { link.receive(reply) }
       end
 
-      def status(breaker, connected)
-        breaker.__send__(:__fleet_status, connected ? :connected : :degraded)
+      # The listeners a link's calls run (state changes, fleet status) are
+      # user code: whatever they raise, of any class (`exit`, `raise
+      # Exception`), is reported and never stops the syncer or the other
+      # breakers' replies.
+      def guard(link)
+        yield
       rescue Exception => e # rubocop:disable Lint/RescueException
-        listener_raised(breaker, e)
-      end
-
-      def listener_raised(breaker, error)
-        warn "circuit_breaker: fleet syncer: a listener of #{breaker.name.inspect} raised #{error.class}" if $VERBOSE
+        warn "circuit_breaker: fleet syncer: a listener of #{link.tag.inspect} raised #{e.class}" if $VERBOSE
+        nil
       end
 
       def round_trip(sends)
@@ -358,7 +334,7 @@ class CircuitBreaker
         begin
           Fleet.count_round_trip
           redis.pipelined do |p|
-            sends.each { |hosts, state, argv| p.evalsha(@sha, keys: [hosts, state], argv: argv) }
+            sends.each { |keys, argv| p.evalsha(@sha, keys: keys, argv: argv) }
           end
         rescue Redis::CommandError => e
           raise unless e.message.start_with?("NOSCRIPT") && (attempt += 1) == 1
@@ -395,15 +371,6 @@ class CircuitBreaker
       rescue StandardError
         nil
       end
-
-      def key_ttl_ms(breaker)
-        open_ms = breaker.__send__(:__fleet_longest_open_ms)
-        [60_000, 3 * open_ms].max
-      end
-
-      def quota(breaker)
-        breaker.__send__(:__fleet_quota)
-      end
     end
 
     # After fork, the child's syncers start afresh (Ruby 3.1+ `Process._fork`);
@@ -424,42 +391,5 @@ class CircuitBreaker
       end
     end
     Process.singleton_class.prepend(ForkHook)
-
-    # `metrics[:fleet]` and `on_fleet_change` for fleet breakers.
-    module Breaker
-      # @return [Hash] docs/operating.md's metrics, with `fleet:` (:connecting
-      #   until the first reply, then :connected or :degraded) on a fleet breaker
-      def metrics
-        m = super
-        status = @fleet_status
-        status ? m.merge(fleet: status).freeze : m
-      end
-
-      # Calls the block with :connected or :degraded each time a fleet
-      # breaker's link to Redis changes (docs/fleet.md, "Degraded mode").
-      #
-      # @example
-      #   breaker.on_fleet_change { |status| warn "payments fleet: #{status}" }
-      # @return [self]
-      def on_fleet_change(&listener)
-        raise ArgumentError, "on_fleet_change needs a block" unless listener
-
-        (@fleet_listeners ||= []) << listener
-        self
-      end
-
-      private
-
-      def __fleet_status(status)
-        return if @fleet_status == status
-
-        @fleet_status = status
-        @fleet_listeners&.each { |l| __guard("on_fleet_change") { l.call(status) } }
-        __instrument("fleet_change.circuit_breaker", name: name, status: status)
-        nil
-      end
-    end
   end
-
-  prepend(Fleet::Breaker)
 end

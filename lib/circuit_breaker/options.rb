@@ -68,6 +68,8 @@ class CircuitBreaker
       .map { |v| Durations.seconds(v) }
 
     # Checked before the breaker exists (docs/fleet.md); nothing connects yet.
+    # The fleet's code is loaded by the first fleet breaker only.
+    require_relative "fleet" unless fleet.nil?
     fleet_settings = Fleet.settings(fleet, fleet_interval) unless fleet.nil?
     # The fleet's keys are the breaker's name: unnamed breakers would be one.
     raise ArgumentError, "fleet: needs name: (or shared:), the name the hosts share" if fleet && name.nil? && shared.nil?
@@ -76,7 +78,7 @@ class CircuitBreaker
     # Fleet keys are namespaced by the environment unless asked otherwise:
     # the hosts of one fleet may run from different directories, and a test
     # suite must never act on a development fleet (docs/fleet.md, "Keys").
-    fleet_namespace = namespace || Fleet.environment
+    fleet_namespace = namespace || Fleet.environment if fleet_settings
     shared = nil if shared == false # per process, said outright (docs/shared.md, "Host scope")
     unless shared.nil?
       shared = CircuitBreaker.__send__(:__shared_key, :shared, shared)

@@ -83,7 +83,10 @@ class CircuitBreaker
       # client of the same Redis is the same fleet), the others by
       # {comparable}.
       def option(key, value)
-        key == :fleet ? Fleet.server(value) : comparable(value)
+        return comparable(value) unless key == :fleet && !value.nil?
+
+        require_relative "fleet"
+        Fleet.server(value)
       end
 
       # What an option value is compared by, so that re-running the same

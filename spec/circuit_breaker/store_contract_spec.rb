@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "circuit_breaker/fleet"
+
 # One contract, three stores of a breaker's state (spec/support/store_contract.rb):
 # the rules are the same Rust core whatever holds the state.
 RSpec.describe CircuitBreaker, "stores" do

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "circuit_breaker/fleet"
+
 require "rbconfig"
 
 # `fleet:` against a real redis-server (docs/fleet.md): forked processes
@@ -387,10 +389,10 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
         out_r.close
         breaker = fleet_breaker(**options)
         wait_for("connected") { breaker.metrics[:fleet] == :connected }
-        out_w.puts "ready #{Process.pid} #{breaker.__send__(:__fleet_syncer)}"
+        out_w.puts "ready #{Process.pid} #{breaker.instance_variable_get(:@fleet_link).sender}"
         wait_for("open") { breaker.state == :open }
         out_w.puts "open #{Process.pid}"
-        wait_for("sending") { breaker.__send__(:__fleet_syncer) == Process.pid }
+        wait_for("sending") { breaker.instance_variable_get(:@fleet_link).sender == Process.pid }
         out_w.puts "syncer #{Process.pid}"
         sleep 60 # killed by the example
       rescue Exception => e # rubocop:disable Lint/RescueException
@@ -446,7 +448,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
 
   describe "sending at once when a failure arrives" do
     def failures_reported(breaker)
-      key = "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:hosts"
+      key = "#{breaker.instance_variable_get(:@fleet_link).tag}:hosts"
       redis_server.command("HVALS", key).map { |v| Integer(v.split[2]) }
     end
 
@@ -494,7 +496,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     end
     done_r.close
     begin
-      key = "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:hosts"
+      key = "#{breaker.instance_variable_get(:@fleet_link).tag}:hosts"
       failures = -> { redis_server.command("HVALS", key).map { |v| Integer(v.split[2]) }.sort }
       wait_for("the child's own host field") { failures.() == [0, 3] }
     ensure
@@ -506,7 +508,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
   it "keeps syncing after Process.daemon, its own calls under a new host id" do
     breaker = fleet_breaker(min_calls: 1_000)
     wait_for("connected") { breaker.metrics[:fleet] == :connected }
-    key = "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:hosts"
+    key = "#{breaker.instance_variable_get(:@fleet_link).tag}:hosts"
     done_r, done_w = IO.pipe
     pid = fork do
       done_w.close
@@ -569,7 +571,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       wait_for("degraded") { events.size >= 2 }
       wait_for("connected again") { events.size >= 3 && connected?(breaker) }
       expect(events.size.times.map { events.pop }.first(3)).to eq(%i[connected degraded connected])
-      state = redis_server.command("HGETALL", "circuit_breaker:{#{name}:#{breaker.__send__(:__fleet_hash)}}:state")
+      state = redis_server.command("HGETALL", "#{breaker.instance_variable_get(:@fleet_link).tag}:state")
       expect(state.each_slice(2).to_h.values).to all(match(/\A\d+\z/))
     end
 

@@ -25,7 +25,7 @@ RSpec.describe "CircuitBreaker fleet: outages", :redis do
   end
 
   def key(server, breaker, part)
-    [server, "circuit_breaker:{#{breaker.name}:#{breaker.__send__(:__fleet_hash)}}:#{part}"]
+    [server, "#{breaker.instance_variable_get(:@fleet_link).tag}:#{part}"]
   end
 
   # The hosts' reports of `breaker`: [total, failures] per host field.

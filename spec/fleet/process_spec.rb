@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "circuit_breaker/fleet"
+
 # SPEC §5.2's process rules that need no forked host: a fleet breaker's
 # name, its keys' environment, its status before the first reply, the
 # registry's fleet: option, and listeners that raise anything.

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "circuit_breaker/fleet"
+
 # lib/circuit_breaker/fleet.lua run by a real redis-server, where what it
 # keeps cannot be seen through a breaker without waiting (docs/fleet.md).
 RSpec.describe "The fleet script", :redis do
@@ -9,12 +11,13 @@ RSpec.describe "The fleet script", :redis do
   # The state's code in the script.
   def half_open = 2
 
-  # One send of host "h" (ARGV as lib/circuit_breaker/fleet.lua lists them);
-  # returns the reply.
+  # One send of host "h" (its report as lib/circuit_breaker/fleet.lua's
+  # REPORT names the words); returns the reply's integers.
   def send_report(kind: 0, expected: -1, state: 0, stage: 0, host: "h", total: 0, alone: 0, reset: 0)
-    redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, host, 1_000, 60_000, 2,
-                         total, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, alone, reset,
-                         "#{tag}:changed")
+    report = [1_000, 60_000, 2, total, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, alone, reset]
+    reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, host, report.join(" "),
+                                 "#{tag}:changed")
+    reply.split(" ").map { |w| Integer(w, 10) }
   end
 
   # Moves the stage's start (and the round's, unless `round: false`) `ms` back.
@@ -47,7 +50,7 @@ RSpec.describe "The fleet script", :redis do
     now_ms = redis_server.command("TIME").then { |sec, usec| (Integer(sec) * 1000) + (Integer(usec) / 1000) }
     redis_server.command("HSET", keys[0], "old", "#{now_ms} 40 0 0 0 0 0 0 0") # nine words
     reply = send_report(host: "b", total: 60)
-    expect(reply.size).to eq(CircuitBreaker::Fleet::REPLY_LEN)
+    expect(reply.size).to eq(CircuitBreaker::Fleet::REPLY_FIELDS.size)
     expect([reply[10], reply[13], reply[20], reply[21]]).to eq([200, 3, 1, 100])
   end
 

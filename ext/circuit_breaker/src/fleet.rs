@@ -79,7 +79,5 @@ pub fn init(ruby: &Ruby, namespace: magnus::RClass) -> Result<(), Error> {
     class.define_method("signal", method!(Waker::signal, 0))?;
     class.define_method("close", method!(Waker::close, 0))?;
     class.define_method("after_fork", method!(Waker::after_fork, 0))?;
-    // The words of the script's reply, as its pushed copy must have them.
-    fleet.const_set("REPLY_LEN", circuit_breaker_core::fleet::REPLY_LEN)?;
     Ok(())
 }

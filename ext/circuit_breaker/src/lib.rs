@@ -18,6 +18,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     breaker::init(namespace)?;
     clock::init(ruby, namespace)?;
     fleet::init(ruby, namespace)?;
+    breaker::fleet::init(ruby, namespace)?;
     window::init(ruby, namespace)?;
     Ok(())
 }

@@ -81,8 +81,81 @@ pub struct Reply {
     pub reset_generation: u64,
 }
 
+/// The wire format: the words of the script's reply (and of the change it
+/// publishes), in order, as lib/circuit_breaker/fleet.lua's `REPLY` names
+/// them (spec/fleet/wire_spec.rb checks the two against each other).
+pub const REPLY_FIELDS: [&str; REPLY_LEN] = [
+    "kind",
+    "epoch",
+    "version",
+    "state",
+    "generation",
+    "reason",
+    "remaining",
+    "open_base",
+    "stage",
+    "stage_elapsed",
+    "total",
+    "failures",
+    "slow",
+    "hosts",
+    "granted_here",
+    "granted",
+    "passed",
+    "failed",
+    "applied",
+    "round_elapsed",
+    "alone_hosts",
+    "alone_calls",
+    "reset_generation",
+];
+
 /// Length of the script's reply.
 pub const REPLY_LEN: usize = 23;
+
+/// The wire format: the words of a host's send for one breaker (the
+/// script's ARGV[2]), in order, as lib/circuit_breaker/fleet.lua's
+/// `REPORT` names them: the key's lifetimes and the probe quota, then the
+/// report of [`Breaker::fleet_report`].
+pub const REPORT_FIELDS: [&str; 3 + REPORT_LEN] = [
+    "host_ttl",
+    "key_ttl",
+    "quota",
+    "total",
+    "failures",
+    "slow",
+    "probe_generation",
+    "want",
+    "passed",
+    "failed",
+    "kind",
+    "expected",
+    "state",
+    "reason",
+    "open_for",
+    "open_base",
+    "stage",
+    "alone",
+    "reset_generation",
+];
+
+/// Integers separated by single spaces (what the script sends and
+/// publishes), or None.
+pub fn words(text: &[u8]) -> Option<Vec<i64>> {
+    std::str::from_utf8(text).ok()?.split(' ').map(|w| w.parse::<i64>().ok()).collect()
+}
+
+/// The words of [`REPORT_FIELDS`] as the script reads them.
+pub fn encode(words: &[i64]) -> String {
+    let mut out = String::with_capacity(words.len() * 4);
+    for (i, w) in words.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&w.to_string());
+    }
+    out
+}
 
 fn state_of(code: i64) -> Option<State> {
     Some(match code {
@@ -221,7 +294,8 @@ fn quorum(cfg: &Config, r: &Reply) -> Option<Reason> {
     })
 }
 
-/// What a host sends for one breaker, as the script's ARGV 5..20.
+/// What a host reports for one breaker (the last words of
+/// [`REPORT_FIELDS`]).
 pub const REPORT_LEN: usize = 16;
 
 impl Breaker {
@@ -265,6 +339,24 @@ impl Breaker {
     /// The process that sends for this record (0: none yet).
     pub fn fleet_syncer(&self) -> u32 {
         self.fleet.syncer_pid
+    }
+
+    /// One send for this breaker, as the script reads it ([`REPORT_FIELDS`]):
+    /// hosts silent for `host_ttl_ms` no longer count; the keys live
+    /// max(60 s, 3 × the longest opening) after the last send.
+    pub fn fleet_send<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        now: Nanos,
+        host_ttl_ms: i64,
+    ) -> String {
+        let longest_open_ms = cfg.max_open_duration.unwrap_or(cfg.open_duration) / MS;
+        let key_ttl_ms = longest_open_ms.saturating_mul(3).max(60_000);
+        let mut all = [0i64; 3 + REPORT_LEN];
+        all[..3].copy_from_slice(&[host_ttl_ms, key_ttl_ms, i64::from(cfg.half_open_calls)]);
+        all[3..].copy_from_slice(&self.fleet_report(w, cfg, now));
+        encode(&all)
     }
 
     /// What this host sends next (see [`REPORT_LEN`]): its window's counts

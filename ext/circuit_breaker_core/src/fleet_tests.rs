@@ -675,3 +675,28 @@ fn the_echo_of_a_hosts_own_reset_keeps_the_calls_recorded_since_in_the_new_gener
     let r = h.report(0);
     assert_eq!((r[0], r[15]), (1, 2));
 }
+
+#[test]
+fn a_send_is_the_words_the_script_names_and_a_reply_its_words() {
+    let cfg = config(|o| {
+        o.half_open_calls = 3;
+        o.open_duration = 40.0;
+    });
+    let mut h = Host::new(cfg);
+    for _ in 0..2 {
+        let p = h.admit(0).expect("closed");
+        h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0);
+    }
+    let send = h.b.fleet_send(&mut h.w, &h.cfg, 0, 1_000);
+    let got = words(send.as_bytes()).expect("integers separated by spaces");
+    assert_eq!(got.len(), REPORT_FIELDS.len());
+    let field = |name: &str| got[REPORT_FIELDS.iter().position(|f| *f == name).unwrap()];
+    assert_eq!((field("host_ttl"), field("key_ttl"), field("quota")), (1_000, 120_000, 3));
+    assert_eq!((field("total"), field("failures"), field("kind")), (2, 2, 0));
+    // The script's reply as text, and what is not one.
+    let text = encode(&reply(1, State::Open, 1, 1));
+    assert!(Reply::parse(&words(text.as_bytes()).unwrap()).is_ok());
+    assert_eq!(words(b"1 2 x"), None);
+    assert_eq!(words(b"1  2"), None);
+    assert_eq!(words(b""), None);
+}

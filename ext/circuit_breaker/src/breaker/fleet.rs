@@ -1,80 +1,234 @@
-//! The fleet syncer's native calls (lib/circuit_breaker/fleet.rb,
-//! docs/fleet.md).
+//! `CircuitBreaker::Fleet::Link` (@api private): one fleet breaker's link
+//! to its syncer (lib/circuit_breaker/fleet.rb, docs/fleet.md). The syncer
+//! makes two native calls per breaker and send: `prepare` (the report, as
+//! the script reads it) and `receive` (the script's reply, or a pushed
+//! change), each one step under the breaker's lock. The wire format is the
+//! core's (`circuit_breaker_core::fleet`, `REPORT_FIELDS`, `REPLY_FIELDS`)
+//! and the script's (lib/circuit_breaker/fleet.lua).
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use circuit_breaker_core::fleet;
-use magnus::{typed_data::Obj, Error, RArray, Ruby, Value};
+use circuit_breaker_core::wake::Wake;
+use circuit_breaker_core::{fleet, Nanos};
+use magnus::{
+    function, method,
+    prelude::*,
+    typed_data::Obj,
+    value::{LazyId, Opaque},
+    DataTypeFunctions, Error, RArray, RClass, RModule, RString, Ruby, Symbol, TypedData, Value,
+};
 
+use crate::errors::arg_error;
+use crate::window::Blocked;
+
+use super::metrics::sym;
 use super::Breaker;
 
-impl Breaker {
-    /// The fleet's key for this breaker: its configuration and window
-    /// settings, hashed (docs/fleet.md, "Keys").
-    pub(super) fn fleet_hash(ruby: &Ruby, rb_self: &Self) -> Result<String, Error> {
-        let this = rb_self.get(ruby)?;
-        Ok(format!("{:016x}", fleet::key_hash(&this.cfg, &this.shared.spec())))
-    }
+static ID_FLEET_STATUS: LazyId = LazyId::new("__fleet_status");
+static ID_CONNECTING: LazyId = LazyId::new("connecting");
+static ID_CONNECTED: LazyId = LazyId::new("connected");
+static ID_DEGRADED: LazyId = LazyId::new("degraded");
 
-    /// The fleet's probe quota per stage (the script grants up to it).
-    pub(super) fn fleet_quota(ruby: &Ruby, rb_self: &Self) -> Result<u32, Error> {
-        Ok(rb_self.get(ruby)?.cfg.half_open_calls)
-    }
+const CONNECTING: u8 = 0;
+const CONNECTED: u8 = 1;
+const DEGRADED: u8 = 2;
 
-    /// The longest an opening can last, in ms (the keys' TTL follows it).
-    pub(super) fn fleet_longest_open_ms(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
-        let cfg = &rb_self.get(ruby)?.cfg;
-        Ok(cfg.max_open_duration.unwrap_or(cfg.open_duration) / 1_000_000)
-    }
+/// What a fleet breaker keeps of its link (in its `Inner`): the syncer's
+/// wake, told of failures, and the status `metrics[:fleet]` reports.
+pub(super) struct FleetSide {
+    pub(super) wake: Arc<Wake>,
+    status: AtomicU8,
+}
 
-    /// Makes this a fleet breaker of the syncer `waker` belongs to: its
-    /// manual actions go to the fleet, its failures wake the syncer.
-    pub(super) fn fleet_attach(ruby: &Ruby, rb_self: &Self, waker: &crate::fleet::Waker) -> Result<(), Error> {
-        let this = rb_self.get(ruby)?;
+impl FleetSide {
+    /// `metrics[:fleet]`: :connecting until the first reply, then
+    /// :connected or :degraded.
+    pub(super) fn status(&self, ruby: &Ruby) -> Symbol {
+        status_sym(ruby, self.status.load(Ordering::Relaxed))
+    }
+}
+
+fn status_sym(ruby: &Ruby, status: u8) -> Symbol {
+    sym(
+        ruby,
+        match status {
+            CONNECTING => &ID_CONNECTING,
+            CONNECTED => &ID_CONNECTED,
+            _ => &ID_DEGRADED,
+        },
+    )
+}
+
+#[derive(TypedData)]
+#[magnus(class = "CircuitBreaker::Fleet::Link", free_immediately, size, mark)]
+pub struct Link {
+    breaker: Opaque<Obj<Breaker>>,
+    /// The breaker's keys ([hosts, state], frozen), its channel and the
+    /// tag they share (docs/fleet.md, "Keys").
+    keys: Opaque<RArray>,
+    channel: Opaque<RString>,
+    tag: Opaque<RString>,
+    /// With `shared:`, the host's id (every process of the host writes the
+    /// same field); else the process's, given to `prepare`.
+    host: Option<Opaque<RString>>,
+    host_ttl_ms: i64,
+    /// A sender silent for this long is replaced (`shared:`).
+    stale: Nanos,
+}
+
+impl DataTypeFunctions for Link {
+    fn mark(&self, marker: &magnus::gc::Marker) {
+        marker.mark(self.breaker);
+        marker.mark(self.keys);
+        marker.mark(self.channel);
+        marker.mark(self.tag);
+        if let Some(h) = self.host {
+            marker.mark(h);
+        }
+    }
+}
+
+impl Link {
+    /// Makes `breaker` a fleet breaker of the syncer `waker` belongs to:
+    /// its manual actions go to the fleet, its failures wake the syncer.
+    /// Keys are `<prefix>:{<name>:<hash of its configuration>}:…`.
+    fn new(
+        ruby: &Ruby,
+        breaker: Obj<Breaker>,
+        waker: &crate::fleet::Waker,
+        host: Option<RString>,
+        prefix: RString,
+        host_ttl_ms: i64,
+        stale_ms: i64,
+    ) -> Result<Self, Error> {
+        let this = breaker.get(ruby)?;
+        let name = this.name.map(|n| ruby.get_inner(n)).ok_or_else(|| arg_error(ruby, "fleet: needs name:".into()))?;
+        let side = FleetSide { wake: Arc::clone(&waker.0), status: AtomicU8::new(CONNECTING) };
+        if this.fleet.set(side).is_err() {
+            return Err(arg_error(ruby, "the breaker already has a fleet link".into()));
+        }
         this.step_or_raise(ruby, |b, _, _| b.attach_fleet())?;
-        let _ = this.fleet_wake.set(Arc::clone(&waker.0));
+        let hash = fleet::key_hash(&this.cfg, &this.shared.spec());
+        let tag = format!("{}:{{{}:{hash:016x}}}", prefix.to_string()?, name.to_string()?);
+        let frozen = |s: String| {
+            let s = ruby.str_new(&s);
+            s.freeze();
+            s
+        };
+        let keys = ruby.ary_new_from_values(&[frozen(format!("{tag}:hosts")), frozen(format!("{tag}:state"))]);
+        keys.freeze();
+        Ok(Self {
+            breaker: breaker.into(),
+            keys: keys.into(),
+            channel: frozen(format!("{tag}:changed")).into(),
+            tag: frozen(tag).into(),
+            host: host.map(|h| RString::new_frozen(h).into()),
+            host_ttl_ms: host_ttl_ms.max(1),
+            stale: stale_ms.max(1).saturating_mul(1_000_000),
+        })
+    }
+
+    /// This breaker's send: `[keys, argv]` for the script's EVALSHA, or nil
+    /// when this process does not send for it (`shared:`: another one
+    /// does, and its state comes through the shared record) or its lock
+    /// stayed busy (a stuck `shared:` holder: the other breakers' sends go on).
+    fn prepare(ruby: &Ruby, rb_self: &Self, process_id: RString) -> Result<Option<RArray>, Error> {
+        let breaker = ruby.get_inner(rb_self.breaker);
+        let this = breaker.get(ruby)?;
+        let now = this.clock.now();
+        let pid = std::process::id();
+        let (stale, host_ttl) = (rb_self.stale, rb_self.host_ttl_ms);
+        let step = this.step(|b, w, c| {
+            let leader = b.fleet_claim(pid, now, stale);
+            (leader.then(|| b.fleet_send(w, c, now, host_ttl)), b.fleet_connected())
+        });
+        let (send, connected) = match step {
+            Ok(x) => x,
+            Err(Blocked::Busy | Blocked::Interrupted) => return Ok(None),
+            Err(b) => return Err(b.into_error(ruby, &this.shared)),
+        };
+        let Some(send) = send else {
+            Self::status(ruby, breaker, if connected { CONNECTED } else { DEGRADED })?;
+            return Ok(None);
+        };
+        let host = rb_self.host.map_or(process_id, |h| ruby.get_inner(h));
+        let argv = ruby.ary_new_from_values(&[host, ruby.str_new(&send), ruby.get_inner(rb_self.channel)]);
+        Ok(Some(ruby.ary_new_from_values(&[ruby.get_inner(rb_self.keys), argv])))
+    }
+
+    /// Takes the script's reply to this breaker's send (nil, or anything
+    /// but the script's String: the send failed) or a change pushed on its
+    /// channel, notifies what changed, and answers whether a proposal waits
+    /// for the next send. A push that is not of the script's making changes
+    /// nothing.
+    fn receive(ruby: &Ruby, rb_self: &Self, reply: Value) -> Result<bool, Error> {
+        let words = RString::from_value(reply).and_then(|s| {
+            // SAFETY: the bytes are copied before any Ruby code runs.
+            fleet::words(unsafe { s.as_slice() })
+        });
+        let pushed = words.as_ref().is_some_and(|w| w.first() == Some(&2));
+        if pushed && words.as_deref().map(fleet::Reply::parse).is_some_and(|r| r.is_err()) {
+            return Ok(false);
+        }
+        let breaker = ruby.get_inner(rb_self.breaker);
+        let this = breaker.get(ruby)?;
+        let now = this.clock.now();
+        let step = this.step(|b, w, c| {
+            let tr = b.fleet_receive(w, c, words.as_deref(), now);
+            (tr, b.fleet_connected(), b.fleet_proposing())
+        });
+        let (tr, connected, proposing) = match step {
+            Ok(x) => x,
+            Err(Blocked::Busy | Blocked::Interrupted) => return Ok(false),
+            Err(b) => return Err(b.into_error(ruby, &this.shared)),
+        };
+        if !pushed {
+            Self::status(ruby, breaker, if connected { CONNECTED } else { DEGRADED })?;
+        }
+        Breaker::notify(ruby, breaker, &tr)?;
+        Ok(proposing)
+    }
+
+    /// Records the link's status; a change is an event (`__fleet_status`,
+    /// lib/circuit_breaker/events.rb).
+    fn status(ruby: &Ruby, breaker: Obj<Breaker>, status: u8) -> Result<(), Error> {
+        let this = breaker.get(ruby)?;
+        let Some(side) = this.fleet.get() else { return Ok(()) };
+        if side.status.swap(status, Ordering::AcqRel) != status {
+            breaker.funcall::<_, _, Value>(*ID_FLEET_STATUS, (status_sym(ruby, status),))?;
+        }
         Ok(())
     }
 
-    /// Whether this process sends for the breaker (`shared:`: one per
-    /// host; the others stand by and take over when it goes silent for
-    /// `stale_ms`), and whether the last send succeeded.
-    pub(super) fn fleet_claim(ruby: &Ruby, rb_self: &Self, stale_ms: u64) -> Result<(bool, bool), Error> {
-        let this = rb_self.get(ruby)?;
-        let now = this.clock.now();
-        let pid = std::process::id();
-        let stale = i64::try_from(stale_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
-        this.step_or_raise(ruby, |b, _, _| (b.fleet_claim(pid, now, stale), b.fleet_connected()))
+    /// The channel its changes are pushed on.
+    fn channel(ruby: &Ruby, rb_self: &Self) -> RString {
+        ruby.get_inner(rb_self.channel)
     }
 
-    /// The pid of the process that sends for this breaker (0: none yet).
-    pub(super) fn fleet_syncer(ruby: &Ruby, rb_self: &Self) -> Result<u32, Error> {
-        rb_self.get(ruby)?.step_or_raise(ruby, |b, _, _| b.fleet_syncer())
+    /// The tag of its keys (specs).
+    fn tag(ruby: &Ruby, rb_self: &Self) -> RString {
+        ruby.get_inner(rb_self.tag)
     }
 
-    /// What the syncer sends next for this breaker (Integers).
-    pub(super) fn fleet_report(ruby: &Ruby, rb_self: &Self) -> Result<RArray, Error> {
-        let this = rb_self.get(ruby)?;
-        let now = this.clock.now();
-        let report = this.step_or_raise(ruby, |b, w, c| b.fleet_report(w, c, now))?;
-        Ok(ruby.ary_from_iter(report))
+    /// The pid of the process that sends for the breaker (0: none yet).
+    fn sender(ruby: &Ruby, rb_self: &Self) -> Result<u32, Error> {
+        let breaker = ruby.get_inner(rb_self.breaker);
+        breaker.get(ruby)?.step_or_raise(ruby, |b, _, _| b.fleet_syncer())
     }
+}
 
-    /// Takes the script's reply (nil: the send failed), notifies what
-    /// changed, and answers whether the host is connected and whether a
-    /// proposal waits for the next send. Anything but an Array of Integers
-    /// is a malformed reply.
-    pub(super) fn fleet_receive(ruby: &Ruby, rb_self: Obj<Self>, reply: Value) -> Result<(bool, bool), Error> {
-        let ints: Option<Vec<i64>> = RArray::from_value(reply).and_then(|a| {
-            a.into_iter().map(|v| magnus::Integer::from_value(v).and_then(|i| i.to_i64().ok())).collect()
-        });
-        let this = rb_self.get(ruby)?;
-        let now = this.clock.now();
-        let (tr, status) = this.step_or_raise(ruby, |b, w, c| {
-            let tr = b.fleet_receive(w, c, ints.as_deref(), now);
-            (tr, (b.fleet_connected(), b.fleet_proposing()))
-        })?;
-        Self::notify(ruby, rb_self, &tr)?;
-        Ok(status)
-    }
+pub fn init(ruby: &Ruby, class: RClass) -> Result<(), Error> {
+    let module: RModule = class.define_module("Fleet")?;
+    let link = module.define_class("Link", ruby.class_object())?;
+    link.define_singleton_method("new", function!(Link::new, 6))?;
+    link.define_method("prepare", method!(Link::prepare, 1))?;
+    link.define_method("receive", method!(Link::receive, 1))?;
+    link.define_method("channel", method!(Link::channel, 0))?;
+    link.define_method("tag", method!(Link::tag, 0))?;
+    link.define_method("sender", method!(Link::sender, 0))?;
+    // The wire format's names, in order (spec/fleet/wire_spec.rb).
+    module.const_set("REPORT_FIELDS", fleet::REPORT_FIELDS.to_vec())?;
+    module.const_set("REPLY_FIELDS", fleet::REPLY_FIELDS.to_vec())?;
+    Ok(())
 }

@@ -45,6 +45,7 @@ static REASONS: [LazyId; 9] = [
     LazyId::new("manual"),
     LazyId::new("consecutive_failures"),
 ];
+static ID_FLEET: LazyId = LazyId::new("fleet");
 static ID_HOST: LazyId = LazyId::new("host");
 static ID_PROCESS: LazyId = LazyId::new("process");
 
@@ -103,7 +104,14 @@ static KEYS: [LazyId; 20] = [
 /// the counters are those of every process mapping a `shared:` record.
 /// `dropped`: records a shared breaker dropped because its lock stayed busy
 /// (docs/shared.md).
-pub(super) fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u64) -> Result<RHash, Error> {
+/// `fleet`: a fleet breaker's link status (`fleet:`, docs/fleet.md).
+pub(super) fn metrics_hash(
+    ruby: &Ruby,
+    m: &Metrics,
+    host_wide: bool,
+    dropped: u64,
+    fleet: Option<Symbol>,
+) -> Result<RHash, Error> {
     let h = ruby.hash_new();
     let c = &m.counters;
     // Each value goes into the hash as soon as it exists: a Float (or a
@@ -136,6 +144,9 @@ pub(super) fn metrics_hash(ruby: &Ruby, m: &Metrics, host_wide: bool, dropped: u
         let key: OpaqueId = **key;
         h.aset(key.into_symbol_with(ruby), value())?;
     }
+    if let Some(status) = fleet {
+        h.aset(sym(ruby, &ID_FLEET), status)?;
+    }
     h.freeze();
     Ok(h)
 }
@@ -165,7 +176,8 @@ impl Breaker {
 
     pub(super) fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
         let this = rb_self.get(ruby)?;
-        metrics_hash(ruby, &Self::snapshot(ruby, rb_self)?, this.shared.is_mapped(), this.shared.published().dropped())
+        let m = Self::snapshot(ruby, rb_self)?;
+        metrics_hash(ruby, &m, this.shared.is_mapped(), this.shared.published().dropped(), this.fleet_status(ruby))
     }
 
     pub(super) fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {

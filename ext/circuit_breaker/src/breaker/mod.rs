@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::config::{probe_quota, probe_ratio};
-use circuit_breaker_core::wake::Wake;
 use circuit_breaker_core::{
     Breaker as CoreBreaker, Config, Decision, Options, PlacedWindow, ProbeTimeout, Transitions,
 };
@@ -37,7 +36,7 @@ use crate::window::{shared_of, Blocked, Shared};
 mod call;
 mod control;
 mod events;
-mod fleet;
+pub mod fleet;
 mod matchers;
 mod metrics;
 mod permits;
@@ -67,9 +66,9 @@ struct Inner {
     /// The class of the last exception recorded as a failure (a raw handle,
     /// 0 for none), for the opening event; kept alive by `mark`.
     last_error: AtomicUsize,
-    /// A fleet breaker's syncer, told of failures (docs/fleet.md, "When a
-    /// host sends").
-    fleet_wake: OnceLock<Arc<Wake>>,
+    /// A fleet breaker's link: its syncer, told of failures (docs/fleet.md,
+    /// "When a host sends"), and its status.
+    fleet: OnceLock<fleet::FleetSide>,
 }
 
 impl DataTypeFunctions for Breaker {
@@ -184,12 +183,17 @@ impl Inner {
         }
     }
 
+    /// A fleet breaker's `metrics[:fleet]`.
+    fn fleet_status(&self, ruby: &Ruby) -> Option<Symbol> {
+        self.fleet.get().map(|f| f.status(ruby))
+    }
+
     /// A failure was recorded: a fleet breaker's syncer may send at once
     /// (an atomic load, and for the slot's first failure an unpark).
     #[inline]
     fn failed(&self) {
-        if let Some(w) = self.fleet_wake.get() {
-            w.failure();
+        if let Some(f) = self.fleet.get() {
+            f.wake.failure();
         }
     }
 }
@@ -245,7 +249,7 @@ impl Breaker {
             failure_if,
             notify_rejects: AtomicBool::new(false),
             last_error: AtomicUsize::new(0),
-            fleet_wake: OnceLock::new(),
+            fleet: OnceLock::new(),
         };
         rb_self
             .0
@@ -404,13 +408,5 @@ pub fn init(class: RClass) -> Result<(), Error> {
     // Checked builds only (cruby::Live): spec/circuit_breaker/exits_spec.rb.
     #[cfg(debug_assertions)]
     class.singleton_class()?.define_private_method("__live_native_values", function!(cruby::Live::count, 0))?;
-    class.define_private_method("__fleet_hash", method!(Breaker::fleet_hash, 0))?;
-    class.define_private_method("__fleet_attach", method!(Breaker::fleet_attach, 1))?;
-    class.define_private_method("__fleet_quota", method!(Breaker::fleet_quota, 0))?;
-    class.define_private_method("__fleet_longest_open_ms", method!(Breaker::fleet_longest_open_ms, 0))?;
-    class.define_private_method("__fleet_report", method!(Breaker::fleet_report, 0))?;
-    class.define_private_method("__fleet_claim", method!(Breaker::fleet_claim, 1))?;
-    class.define_private_method("__fleet_syncer", method!(Breaker::fleet_syncer, 0))?;
-    class.define_private_method("__fleet_receive", method!(Breaker::fleet_receive, 1))?;
     Ok(())
 }

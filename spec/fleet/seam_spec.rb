@@ -1,0 +1,82 @@
+# frozen_string_literal: true
+
+require "open3"
+require "rbconfig"
+require "circuit_breaker/fleet"
+
+# The seam between a fleet breaker and its syncer (docs/fleet.md, "Off the
+# call path"): one native link per breaker with one prepare/receive pair,
+# and the wire format written twice (the Rust core's REPORT_FIELDS and
+# REPLY_FIELDS, lib/circuit_breaker/fleet.lua's REPORT and REPLY), checked
+# here against each other on a real redis-server.
+RSpec.describe "The fleet's wire format", :redis do
+  let(:name) { "wire-#{SecureRandom.hex(4)}" }
+  let(:lua) { File.read(File.expand_path("../../lib/circuit_breaker/fleet.lua", __dir__)) }
+
+  # The names of a `local NAME = {'a', 'b', ...}` table of the script.
+  def lua_names(table)
+    body = lua[/^local #{table} = \{(.*?)\}/m, 1] or raise "no #{table} in fleet.lua"
+    body.scan(/'([a-z_]+)'/).flatten
+  end
+
+  def link(breaker) = breaker.instance_variable_get(:@fleet_link)
+
+  it "names the same words, in the same order, in Rust and in Lua" do
+    expect(lua_names("REPORT")).to eq(CircuitBreaker::Fleet::REPORT_FIELDS)
+    expect(lua_names("REPLY")).to eq(CircuitBreaker::Fleet::REPLY_FIELDS)
+  end
+
+  it "runs what Rust prepares through the script, and Rust reads the script's reply" do
+    # A long interval: the syncer's own sends (its own host field) stay out
+    # of the way, and only this example's send is looked at.
+    breaker = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 60, min_calls: 1_000,
+                                 half_open_calls: 3, window: CircuitBreaker::SlidingWindow.new(size: 100))
+    4.times { breaker.call { 1 } }
+    3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
+    keys, argv = link(breaker).prepare("wire-host")
+    expect(link(breaker).tag).to match(/\Acircuit_breaker:(\w+:)?\{#{name}:\h{16}\}\z/)
+    expect(keys).to eq(%w[hosts state].map { |k| "#{link(breaker).tag}:#{k}" })
+    expect(argv[0]).to eq("wire-host")
+    expect(argv[2]).to eq("#{link(breaker).tag}:changed")
+    report = CircuitBreaker::Fleet::REPORT_FIELDS.zip(argv[1].split(" ").map { |w| Integer(w, 10) }).to_h
+    expect(report.values_at("total", "failures", "slow", "quota", "kind")).to eq([7, 3, 0, 3, 0])
+
+    reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, *argv)
+    # What the script kept of the report: its field, `seen total failures slow ...`.
+    field = redis_server.command("HGET", keys[0], "wire-host").split(" ")
+    expect(field[1, 3]).to eq(%w[7 3 0])
+    words = CircuitBreaker::Fleet::REPLY_FIELDS.zip(reply.split(" ").map { |w| Integer(w, 10) }).to_h
+    expect(words.values_at("kind", "state", "applied")).to eq([1, 0, 0])
+    expect(words["total"]).to be >= 7 # with the syncer's own report, if it came first
+    expect(link(breaker).receive(reply)).to be(false) # nothing to propose
+    expect(breaker.metrics[:fleet]).to eq(:connected)
+  end
+
+  it "refuses a report a word short in the script, and a reply a word short in Rust" do
+    breaker = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 60)
+    keys, argv = link(breaker).prepare("wire-host")
+    short = argv[1].split(" ")[0...-1].join(" ")
+    expect { redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, argv[0], short, argv[2]) }
+      .to raise_error(/a report has #{CircuitBreaker::Fleet::REPORT_FIELDS.size} integers/)
+    reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, *argv)
+    link(breaker).receive(reply.split(" ")[0...-1].join(" "))
+    expect(breaker.metrics[:fleet]).to eq(:degraded)
+    link(breaker).receive(reply)
+    expect(breaker.metrics[:fleet]).to eq(:connected)
+  end
+
+  it "loads the fleet's code only when a breaker uses fleet:" do
+    script = <<~RUBY
+      require "circuit_breaker"
+      CircuitBreaker.new(name: "local").call { 1 }
+      loaded = -> { [$LOADED_FEATURES.grep(%r{circuit_breaker/fleet}).size, Process.singleton_class.ancestors.count { |m| m.name.to_s.start_with?("CircuitBreaker") }] }
+      puts loaded.().inspect
+      CircuitBreaker.new(name: "remote", fleet: ARGV[0], fleet_interval: 60)
+      puts loaded.().inspect
+    RUBY
+    lib = File.expand_path("../../lib", __dir__)
+    out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-e", script, redis_server.url)
+    expect(status).to be_success, out
+    expect(out.lines.map(&:chomp)).to eq(["[0, 0]", "[1, 1]"])
+  end
+end
