@@ -107,11 +107,14 @@ class CircuitBreaker
     end
 
     # On the rejection path of an outage: with no listener, nothing is
-    # built and no other method is called (rake bench: rejection_as).
+    # built and the notifier is not asked (rake bench: rejection_as).
     def __rejected(error)
       @reject_listeners&.each { |l| __guard("on_reject") { l.call(error) } }
-      return unless defined?(ActiveSupport::Notifications) &&
-                    ActiveSupport::Notifications.notifier.listening?("rejected.circuit_breaker")
+      # The answer kept for this notifier, read inline: a method call here
+      # would cost more than the rest of the rejection.
+      known = REJECTED_SUBSCRIBED[0]
+      return if known && !known[1] && known[0].equal?(ActiveSupport::Notifications.notifier)
+      return unless defined?(ActiveSupport::Notifications) && Events.__subscribed?
 
       __instrument("rejected.circuit_breaker") { { name: name, state: error.state, retry_after: error.retry_after } }
       nil
@@ -139,6 +142,71 @@ class CircuitBreaker
       notifications.instrument(event_name, yield) if notifications.notifier.listening?(event_name)
     rescue StandardError => e # as __guard does, without a block on this path
       __report("ActiveSupport::Notifications listener of #{(name || '(unnamed)').inspect} raised #{__describe(e)}")
+    end
+
+    # [[notifier, subscribed?]] for "rejected.circuit_breaker": whether the
+    # notifier has subscribers for it, asked once per change of its
+    # subscriptions. Its `listening?` costs about half of a bare raise +
+    # rescue, and a rejection (an outage's hot path) may cost no more than
+    # one in all (docs/performance.md). The notifier's own `subscribe` and
+    # `unsubscribe` (a module prepended to its singleton class, not to
+    # ActiveSupport's classes) forget the answer; a new notifier
+    # (`ActiveSupport::Notifications.notifier=`) is asked afresh. A notifier
+    # that cannot be watched (frozen) is asked every time.
+    REJECTED_SUBSCRIBED = [nil]
+    private_constant :REJECTED_SUBSCRIBED
+
+    module Watch
+      def subscribe(*, **, &)
+        super
+      ensure
+        Events.__changed
+      end
+
+      def unsubscribe(*, **, &)
+        super
+      ensure
+        Events.__changed
+      end
+    end
+    private_constant :Watch
+
+    @generation = 0
+    @lock = Mutex.new
+
+    class << self
+      # Asks the notifier (ActiveSupport::Notifications is loaded) and keeps
+      # its answer, unless its subscriptions changed meanwhile.
+      # @api private
+      def __subscribed?
+        notifier = ActiveSupport::Notifications.notifier
+        generation = @lock.synchronize { @generation }
+        # Subscribers silenced now (ActiveSupport 7.1's log levels) may not
+        # be later: a subscriber at all counts (`__instrument` asks
+        # `listening?` before sending).
+        name = "rejected.circuit_breaker"
+        answer = notifier.respond_to?(:all_listeners_for) ? notifier.all_listeners_for(name).any? : notifier.listening?(name)
+        if watch(notifier)
+          @lock.synchronize { REJECTED_SUBSCRIBED[0] = [notifier, answer].freeze if @generation == generation }
+        end
+        answer
+      end
+
+      # @api private
+      def __changed
+        @lock.synchronize do
+          @generation += 1
+          REJECTED_SUBSCRIBED[0] = nil
+        end
+      end
+
+      private
+
+      def watch(notifier)
+        notifier.singleton_class.include?(Watch) || (notifier.singleton_class.prepend(Watch) && true)
+      rescue FrozenError, TypeError
+        false
+      end
     end
 
     def __guard(what)

@@ -39,6 +39,44 @@ RSpec.describe CircuitBreaker, "ActiveSupport::Notifications with nobody subscri
     expect(ActiveSupport::Notifications).not_to have_received(:instrument)
   end
 
+  it "asks the notifier whether anyone subscribed once, not at every rejection (its listening? costs half a raise)" do
+    notifier = ActiveSupport::Notifications.notifier
+    asked = notifier.respond_to?(:all_listeners_for) ? :all_listeners_for : :listening? # ActiveSupport 7.1+ : 6.1
+    allow(notifier).to receive(asked).and_call_original
+    breaker.trip!
+    100.times { reject }
+    expect(notifier).to have_received(asked).with("rejected.circuit_breaker").at_most(:once)
+  end
+
+  it "instruments rejections from a subscription made during the outage, and none after it ended" do
+    received = []
+    breaker.trip!
+    3.times { reject } # the answer kept: nobody subscribed
+    subscription = ActiveSupport::Notifications.subscribe("rejected.circuit_breaker") { |*args| received << args.last[:name] }
+    2.times { reject }
+    ActiveSupport::Notifications.unsubscribe(subscription)
+    reject
+    expect(received).to eq(%w[quiet quiet])
+  ensure
+    ActiveSupport::Notifications.unsubscribe(subscription) if subscription
+  end
+
+  it "asks a notifier put in place of the old one (ActiveSupport::Notifications.notifier=) afresh" do
+    old = ActiveSupport::Notifications.notifier
+    received = []
+    breaker.trip!
+    3.times { reject }
+    ActiveSupport::Notifications.notifier = ActiveSupport::Notifications::Fanout.new
+    reject
+    ActiveSupport::Notifications.subscribe("rejected.circuit_breaker") { |*args| received << args.last[:name] }
+    reject
+    ActiveSupport::Notifications.notifier = old
+    reject
+    expect(received).to eq(%w[quiet])
+  ensure
+    ActiveSupport::Notifications.notifier = old
+  end
+
   it "still instruments once someone subscribes" do
     received = []
     subscription = ActiveSupport::Notifications.subscribe("rejected.circuit_breaker") { |*args| received << args.last }
