@@ -80,6 +80,27 @@ RSpec.describe CircuitBreaker, "half-open ramp" do
       expect(breaker.state).to eq(:open)
     end
 
+    # Issue #25: a stage whose probes kept landing between the two rates
+    # started over forever, rejecting most calls of a recovered dependency.
+    it "starts a stage over once between reopen_rate and advance_rate, and reopens at a second round in a row there" do
+      breaker = half_open(ramp: [1.0], half_open_calls: 4, advance_rate: 1.0, reopen_rate: 0.5)
+      events = transitions_of(breaker)
+      drive_probes(breaker, [true, true, false, true]) # 3 of 4: between the rates
+      expect(breaker.metrics).to include(state: :half_open, stage: 0)
+      drive_probes(breaker, [false, true, true, true]) # again
+      expect(moves(events)).to eq([%i[half_open open probe_failed]])
+    end
+
+    it "keeps the stage when a passing round breaks the streak of rounds between the rates" do
+      breaker = half_open(ramp: [1.0], half_open_calls: 4, advance_rate: 1.0, reopen_rate: 0.5, min_stage_duration: 60)
+      events = transitions_of(breaker)
+      drive_probes(breaker, [true, true, false, true]) # between the rates
+      drive_probes(breaker, [true] * 4) # passes, before min_stage_duration: a new round
+      drive_probes(breaker, [true, false, true, true]) # between the rates, once again
+      expect(breaker.metrics).to include(state: :half_open, stage: 0)
+      expect(events).to be_empty
+    end
+
     it "counts a probe cut short by a slow `throw` as a failed probe" do
       breaker = half_open
       catch(:deadline) do
