@@ -121,6 +121,38 @@ RSpec.describe CircuitBreaker, "host scope", :shm_dir do
       expect(outcome).to eq([:process, "Errno::EMFILE"])
     end
 
+    # A tmpfs of this example's own at CIRCUIT_BREAKER_SHM_DIR (root only).
+    def on_tmpfs(options)
+      skip "needs root to mount a tmpfs" unless Process.uid.zero?
+      Dir.mktmpdir do |dir|
+        out, status = Open3.capture2e("mount", "-t", "tmpfs", "-o", options, "tmpfs", dir)
+        skip "cannot mount a tmpfs here: #{out.strip}" unless status.success?
+        begin
+          ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
+          yield
+        ensure
+          system("umount", dir) || system("umount", "-l", dir) # lazily, should a mapping outlive the example
+        end
+      end
+    end
+
+    it "falls back on a read-only file system, naming it; an explicit shared: raises" do
+      on_tmpfs("ro,size=64k") do
+        expect(described_class.for(name_of("ro")).metrics[:scope]).to eq(:process)
+        expect(log.string).to match(/per process, not host-wide.*Errno::EROFS/)
+        expect { described_class.for(name_of("ro-explicit"), shared: "ro-explicit") }.to raise_error(Errno::EROFS)
+      end
+    end
+
+    it "falls back on a full file system, naming it; an explicit shared: raises" do
+      on_tmpfs("size=64k,mode=1777") do
+        big = CircuitBreaker::SlidingWindow.new(size: 1_000_000) # a record larger than the file system
+        expect(described_class.for(name_of("full"), window: big).metrics[:scope]).to eq(:process)
+        expect(log.string).to match(/per process, not host-wide.*Errno::ENOSPC/)
+        expect { described_class.for(name_of("full-explicit"), window: big, shared: "full-explicit") }.to raise_error(Errno::ENOSPC)
+      end
+    end
+
     it "falls back when another user made the directory first" do
       skip "needs root and setpriv to act as a second user" unless Process.euid.zero? && system("command -v setpriv >/dev/null")
 
