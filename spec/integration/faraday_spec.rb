@@ -244,6 +244,16 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
       expect(upstream.requests).to eq(before)
     end
 
+    it "sends the ceiling of retry_after as Retry-After (19.4 s left: 20, never a retry before the breaker admits)" do
+      conn = connection(fallback: 503)
+      breaker.trip!
+      clock.advance(10.6)
+
+      response = conn.get("/status/200")
+
+      expect([response.status, response.headers["Retry-After"]]).to eq([503, "20"])
+    end
+
     it "sends a half-open rejection's Retry-After as at least 1 second, never 0" do
       conn = connection(fallback: 503)
       breaker.trip!

@@ -183,10 +183,11 @@ RSpec.describe "a Puma cluster (spec/fixtures/puma_app)", :integration, :shared_
     status[0] = 200
     @seen[:reset] = post_action(port, password, "reset").code
     @seen[:after_reset] = reload_until_every_worker(port, password, workers)
-    workers.each do |worker|
-      page = nil
-      page = get(port, password, "/circuit_breakers/") until page && Integer(page["x-served-by"]) == worker
-      (@seen[:pages] ||= {})[worker] = page.body
+    @seen[:pages] = {}
+    wait_for("the page from each worker") do
+      page = get(port, password, "/circuit_breakers/")
+      @seen[:pages][Integer(page["x-served-by"])] = page.body
+      (workers - @seen[:pages].keys).empty?
     end
     calls = @seen[:after_reset].last.last["breakers"].first["metrics"]["calls"]
     wait_for("calls after the reset") { scrapes.any? { |_, n| n > calls } }
