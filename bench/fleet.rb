@@ -26,7 +26,7 @@ module Bench
 
       server = RedisServer.start
       begin
-        call_path(s, server) + load(server) + convergence(server) + warm_convergence(server)
+        call_path(s, server) + load(server) + scale(server) + convergence(server) + warm_convergence(server)
       ensure
         server.stop
       end
@@ -79,6 +79,76 @@ module Bench
                        "(target ≤ %.0f), %.0f scripts/s (one per breaker per round trip)",
                        n, INTERVAL, trips, 1 / INTERVAL, evals) }
       end
+    end
+
+    SCALE = 1_000 # idle fleet breakers in one process
+    SCALE_SECS = 3.0
+
+    # Cost at scale: in a forked process, an app thread calling a local
+    # breaker as fast as it can, first alone, then beside SCALE idle fleet
+    # breakers (fleet_interval 0.1 s): its calls/s; its longest stall by
+    # the fleet threads (the CPU time they used during a gap between two of
+    # the app thread's calls: they held the GVL, or collected garbage,
+    # meanwhile; on a busy machine other gaps are the OS's, and are
+    # shown apart); the fleet threads' CPU and redis-server's.
+    def scale(server)
+      r, w = IO.pipe
+      pid = fork do
+        r.close
+        local = CircuitBreaker.new(name: "scale-local")
+        alone = app_thread(local, [])
+        fleet = Array.new(SCALE) { |i| CircuitBreaker.new(name: "scale-#{i}", fleet: server.url, fleet_interval: INTERVAL) }
+        wait(120) { fleet.all? { |b| b.metrics[:fleet] == :connected } }
+        tasks = Thread.list.select { |t| t.name.to_s.start_with?("circuit_breaker fleet") }
+                      .map { |t| "/proc/self/task/#{t.native_thread_id}/schedstat" }
+        redis0 = cpu_ns(["/proc/#{server.pid}/schedstat"])
+        cpu0 = cpu_ns(tasks)
+        beside = app_thread(local, tasks)
+        syncer = (cpu_ns(tasks) - cpu0) / 1e9 / SCALE_SECS
+        redis = (cpu_ns(["/proc/#{server.pid}/schedstat"]) - redis0) / 1e9 / SCALE_SECS
+        w.write(Marshal.dump([alone, beside, syncer, redis]))
+        exit!(0)
+      end
+      w.close
+      alone, beside, syncer, redis = Marshal.load(r.read) # rubocop:disable Security/MarshalLoad
+      Process.wait(pid)
+      met = syncer < 0.1 && redis < 0.1 && beside[2] <= 0.005
+      [{ note: format("Cost at scale, %d idle fleet breakers in one process (fleet_interval %.1f s): an app thread's " \
+                      "calls/s %.2fM beside them vs %.2fM without (%.0f %%); its longest stall by the fleet threads " \
+                      "%.1f ms (its longest gap %.1f ms beside them, %.1f ms without: the machine's); the fleet threads " \
+                      "%.1f %% of a core, redis-server %.1f %% (targets: < 10 %%, < 10 %%, stall ≤ 5 ms: %s)",
+                      SCALE, INTERVAL, beside[0] / 1e6, alone[0] / 1e6, 100.0 * beside[0] / alone[0],
+                      beside[2] * 1000, beside[1] * 1000, alone[1] * 1000, syncer * 100, redis * 100,
+                      met ? "met" : "NOT met") }]
+    end
+
+    # This thread's calls/s on `breaker` over SCALE_SECS, the longest gap
+    # between two calls, and the longest CPU time `tasks` used during one.
+    def app_thread(breaker, tasks)
+      calls = 0
+      longest = by_tasks = 0.0
+      before = cpu_ns(tasks)
+      t0 = last = sampled = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      while (now = Process.clock_gettime(Process::CLOCK_MONOTONIC)) - t0 < SCALE_SECS
+        gap = now - last
+        longest = gap if gap > longest
+        # The tasks' CPU is read every 2 ms, and right after a gap.
+        if gap > 0.001 || now - sampled > 0.002
+          cpu = cpu_ns(tasks)
+          by_tasks = [by_tasks, [gap, (cpu - before) / 1e9].min].max if gap > 0.001
+          before = cpu
+          now = sampled = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        end
+        last = now
+        breaker.call { 1 }
+        calls += 1
+      end
+      [calls / (now - t0), longest, by_tasks]
+    end
+
+    # Nanoseconds on a CPU of the tasks (their /proc schedstat).
+    def cpu_ns(paths)
+      paths.sum { |path| Integer(File.read(path).split.first, 10) }
     end
 
     # HOSTS forked processes call a dependency that fails every call, RATE

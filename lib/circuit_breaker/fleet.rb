@@ -211,6 +211,10 @@ class CircuitBreaker
         @redis = nil
         @sha = nil
         @stopping = false
+        # Subscribed, and the last round trip worked: the fleet's changes
+        # reach this process by push, and idle breakers send heartbeats only.
+        @pushes = false
+        @round_trip_ok = false
         @pid = Process.pid
         @process_id = "#{Socket.gethostname}:#{Process.pid}:#{SecureRandom.hex(4)}"
       end
@@ -241,11 +245,14 @@ class CircuitBreaker
             # The timeout only notices a connection that went silent (a
             # failover); a quiet one subscribes again at once.
             redis.psubscribe_with_timeout(5.0, "#{PREFIX}:*:changed") do |on|
+              on.psubscribe { @pushes = true }
               on.pmessage { |_pattern, channel, message| pushed(channel, message) }
             end
           rescue Redis::TimeoutError
             nil
           rescue StandardError, ::Timeout::Error
+            # Lost: idle breakers send at every slot until it is back.
+            @pushes = false
             sleep [@interval, 0.5].min unless @stopping
           ensure
             begin
@@ -298,16 +305,21 @@ class CircuitBreaker
       def sync_once
         sends = []
         links.each do |link|
-          send = guard(link) { link.prepare(@process_id) }
+          send = guard(link) { link.prepare(@process_id, pushes) }
           sends << [link, send] if send
         end
         return if sends.empty?
 
         replies = round_trip(sends.map(&:last))
+        @round_trip_ok = !replies.nil?
         sends.each_with_index { |(link, _), i| receive(link, replies && replies[i]) }
       rescue StandardError => e
         # A bug of the syncer, which must not stop syncing.
         warn "circuit_breaker: fleet syncer: #{e.class}: #{e.message}" if $VERBOSE
+      end
+
+      def pushes
+        @pushes && @round_trip_ok
       end
 
       # Hands one reply (or pushed change) to its link.

@@ -33,7 +33,7 @@ RSpec.describe "The fleet's wire format", :redis do
                                  half_open_calls: 3, window: CircuitBreaker::SlidingWindow.new(size: 100))
     4.times { breaker.call { 1 } }
     3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
-    keys, argv = link(breaker).prepare("wire-host")
+    keys, argv = link(breaker).prepare("wire-host", false)
     expect(link(breaker).tag).to match(/\Acircuit_breaker:(\w+:)?\{#{name}:\h{16}\}\z/)
     expect(keys).to eq(%w[hosts state].map { |k| "#{link(breaker).tag}:#{k}" })
     expect(argv[0]).to eq("wire-host")
@@ -54,7 +54,7 @@ RSpec.describe "The fleet's wire format", :redis do
 
   it "refuses a report a word short in the script, and a reply a word short in Rust" do
     breaker = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 60)
-    keys, argv = link(breaker).prepare("wire-host")
+    keys, argv = link(breaker).prepare("wire-host", false)
     short = argv[1].split(" ")[0...-1].join(" ")
     expect { redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, argv[0], short, argv[2]) }
       .to raise_error(/a report has #{CircuitBreaker::Fleet::REPORT_FIELDS.size} integers/)

@@ -298,6 +298,57 @@ fn quorum(cfg: &Config, r: &Reply) -> Option<Reason> {
 /// [`REPORT_FIELDS`]).
 pub const REPORT_LEN: usize = 16;
 
+/// One breaker's send ([`Breaker::fleet_send`]): its words, and whether the
+/// breaker is idle (connected, following no fleet opening or stage, no
+/// command or proposal waiting).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Send {
+    pub words: [i64; 3 + REPORT_LEN],
+    pub idle: bool,
+}
+
+/// When a host sends for a breaker (docs/fleet.md, "Cost at scale"): at
+/// every slot, except for an idle breaker whose send would repeat the last
+/// one word for word while the fleet's changes reach the host by push;
+/// that one sends a heartbeat only, so its report stays live in Redis
+/// (`host_ttl`): once per `heartbeat`, at its own phase of a grid of that
+/// period, so a thousand idle breakers spread their heartbeats evenly over
+/// the slots. Two heartbeats are `heartbeat` / 2 to `heartbeat` apart.
+#[derive(Debug, Clone, Default)]
+pub struct Pace {
+    last: Option<[i64; 3 + REPORT_LEN]>,
+    sent_at: Nanos,
+    /// This breaker's phase: a share of the period, in 2^-53.
+    phase: u64,
+}
+
+impl Pace {
+    /// `seed` picks the breaker's phase.
+    pub fn new(seed: u64) -> Self {
+        // splitmix64
+        let mut z = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Self { phase: (z ^ (z >> 31)) >> 11, ..Self::default() }
+    }
+
+    /// Whether `send` goes now. `pushed`: the host receives the fleet's
+    /// changes by push, and its last round trip worked.
+    pub fn due(&mut self, send: &Send, pushed: bool, now: Nanos, heartbeat: Nanos) -> bool {
+        let repeat = self.last.as_ref() == Some(&send.words);
+        if repeat && send.idle && pushed && heartbeat > 0 {
+            let offset = ((i128::from(heartbeat) * i128::from(self.phase)) >> 53) as Nanos;
+            let cell = |t: Nanos| t.saturating_sub(offset).div_euclid(heartbeat);
+            if now.saturating_sub(self.sent_at) < heartbeat / 2 || cell(now) == cell(self.sent_at) {
+                return false;
+            }
+        }
+        self.last = Some(send.words);
+        self.sent_at = now;
+        true
+    }
+}
+
 impl Breaker {
     /// Marks this breaker as a fleet breaker (manual actions go to the fleet).
     pub fn attach_fleet(&mut self) {
@@ -341,22 +392,26 @@ impl Breaker {
         self.fleet.syncer_pid
     }
 
-    /// One send for this breaker, as the script reads it ([`REPORT_FIELDS`]):
-    /// hosts silent for `host_ttl_ms` no longer count; the keys live
-    /// max(60 s, 3 × the longest opening) after the last send.
+    /// One send for this breaker, as the script reads it ([`REPORT_FIELDS`],
+    /// [`encode`]): hosts silent for `host_ttl_ms` no longer count; the
+    /// keys live max(60 s, 3 × the longest opening) after the last send.
     pub fn fleet_send<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
         cfg: &Config,
         now: Nanos,
         host_ttl_ms: i64,
-    ) -> String {
+    ) -> Send {
         let longest_open_ms = cfg.max_open_duration.unwrap_or(cfg.open_duration) / MS;
         let key_ttl_ms = longest_open_ms.saturating_mul(3).max(60_000);
-        let mut all = [0i64; 3 + REPORT_LEN];
-        all[..3].copy_from_slice(&[host_ttl_ms, key_ttl_ms, i64::from(cfg.half_open_calls)]);
-        all[3..].copy_from_slice(&self.fleet_report(w, cfg, now));
-        encode(&all)
+        let mut words = [0i64; 3 + REPORT_LEN];
+        words[..3].copy_from_slice(&[host_ttl_ms, key_ttl_ms, i64::from(cfg.half_open_calls)]);
+        words[3..].copy_from_slice(&self.fleet_report(w, cfg, now));
+        // Idle: nothing the fleet must hear of or act on in time (its
+        // changes are pushed); see [`Pace`].
+        let f = &self.fleet;
+        let idle = f.connected && !f.following && !f.command.is_some() && !f.proposal.is_some();
+        Send { words, idle }
     }
 
     /// What this host sends next (see [`REPORT_LEN`]): its window's counts

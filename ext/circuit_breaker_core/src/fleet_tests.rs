@@ -687,7 +687,7 @@ fn a_send_is_the_words_the_script_names_and_a_reply_its_words() {
         let p = h.admit(0).expect("closed");
         h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0);
     }
-    let send = h.b.fleet_send(&mut h.w, &h.cfg, 0, 1_000);
+    let send = encode(&h.b.fleet_send(&mut h.w, &h.cfg, 0, 1_000).words);
     let got = words(send.as_bytes()).expect("integers separated by spaces");
     assert_eq!(got.len(), REPORT_FIELDS.len());
     let field = |name: &str| got[REPORT_FIELDS.iter().position(|f| *f == name).unwrap()];
@@ -699,4 +699,58 @@ fn a_send_is_the_words_the_script_names_and_a_reply_its_words() {
     assert_eq!(words(b"1 2 x"), None);
     assert_eq!(words(b"1  2"), None);
     assert_eq!(words(b""), None);
+}
+
+#[test]
+fn an_idle_breaker_sends_a_heartbeat_only_and_anything_new_at_once() {
+    let mut h = Host::new(config(|_| {}));
+    let beat = SEC / 2;
+    let mut pace = Pace::new(7);
+    let send = |h: &mut Host, now| h.b.fleet_send(&mut h.w, &h.cfg, now, 1_000);
+    let first = send(&mut h, 0);
+    assert!(!first.idle, "not connected yet");
+    assert!(pace.due(&first, true, 0, beat));
+    h.receive(&reply(0, State::Closed, 0, 0), 0);
+    let idle = send(&mut h, 0);
+    assert!(idle.idle);
+    assert!(!pace.due(&idle, true, SEC / 10, beat), "the same words again: skipped");
+    assert!(pace.due(&idle, false, SEC / 10, beat), "without pushes every slot sends");
+    assert!(!pace.due(&idle, true, SEC / 5, beat));
+    assert!(pace.due(&idle, true, SEC / 10 + beat, beat), "a heartbeat");
+    // A call changes the report: sent at once.
+    let p = h.admit(SEC).expect("closed");
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, SEC);
+    assert!(pace.due(&send(&mut h, SEC), true, SEC, beat));
+    // A fleet opening followed: every slot sends (its timer, its probes).
+    h.receive(&reply(1, State::Open, 1, 7), SEC);
+    let following = send(&mut h, SEC);
+    assert!(!following.idle);
+    assert!(pace.due(&following, true, SEC, beat));
+    assert!(pace.due(&following, true, SEC, beat));
+}
+
+#[test]
+fn heartbeats_of_many_breakers_spread_evenly_over_the_slots() {
+    let h = &mut Host::new(config(|_| {}));
+    h.receive(&reply(0, State::Closed, 0, 0), 0);
+    let send = h.b.fleet_send(&mut h.w, &h.cfg, 0, 1_000);
+    let beat = 700 * MS;
+    let slot = 100 * MS;
+    let mut per_slot = std::collections::BTreeMap::new();
+    for seed in 0..1_000u64 {
+        let mut pace = Pace::new(seed);
+        assert!(pace.due(&send, true, 0, beat), "the first send goes");
+        let mut last = 0;
+        for t in (1..=100).map(|k| k * slot) {
+            if pace.due(&send, true, t, beat) {
+                assert!(t - last <= beat && t - last >= beat / 2, "{} ms apart", (t - last) / MS);
+                if t > 2 * beat {
+                    *per_slot.entry(t).or_insert(0) += 1;
+                }
+                last = t;
+            }
+        }
+    }
+    // 1000 breakers, one heartbeat per 7 slots each: about 143 a slot.
+    assert!(per_slot.values().all(|&n| (90..=200).contains(&n)), "{per_slot:?}");
 }

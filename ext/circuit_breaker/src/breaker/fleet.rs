@@ -6,8 +6,8 @@
 //! core's (`circuit_breaker_core::fleet`, `REPORT_FIELDS`, `REPLY_FIELDS`)
 //! and the script's (lib/circuit_breaker/fleet.lua).
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 use circuit_breaker_core::wake::Wake;
 use circuit_breaker_core::{fleet, Nanos};
@@ -19,11 +19,15 @@ use magnus::{
     DataTypeFunctions, Error, RArray, RClass, RModule, RString, Ruby, Symbol, TypedData, Value,
 };
 
+use crate::clock::ClockSource;
 use crate::errors::arg_error;
 use crate::window::Blocked;
 
 use super::metrics::sym;
 use super::Breaker;
+
+/// Seeds of the links' heartbeat jitter.
+static SEEDS: AtomicU64 = AtomicU64::new(1);
 
 static ID_FLEET_STATUS: LazyId = LazyId::new("__fleet_status");
 static ID_CONNECTING: LazyId = LazyId::new("connecting");
@@ -75,6 +79,9 @@ pub struct Link {
     host_ttl_ms: i64,
     /// A sender silent for this long is replaced (`shared:`).
     stale: Nanos,
+    /// When an idle breaker sends (only the syncer's thread, with the GVL,
+    /// takes this lock).
+    pace: Mutex<fleet::Pace>,
 }
 
 impl DataTypeFunctions for Link {
@@ -126,14 +133,17 @@ impl Link {
             host: host.map(|h| RString::new_frozen(h).into()),
             host_ttl_ms: host_ttl_ms.max(1),
             stale: stale_ms.max(1).saturating_mul(1_000_000),
+            pace: Mutex::new(fleet::Pace::new(SEEDS.fetch_add(1, Ordering::Relaxed))),
         })
     }
 
     /// This breaker's send: `[keys, argv]` for the script's EVALSHA, or nil
     /// when this process does not send for it (`shared:`: another one
-    /// does, and its state comes through the shared record) or its lock
-    /// stayed busy (a stuck `shared:` holder: the other breakers' sends go on).
-    fn prepare(ruby: &Ruby, rb_self: &Self, process_id: RString) -> Result<Option<RArray>, Error> {
+    /// does, and its state comes through the shared record), its lock
+    /// stayed busy (a stuck `shared:` holder: the other breakers' sends go
+    /// on), or it is idle and its heartbeat not due (`pushed`: the fleet's
+    /// changes reach this process by push; `fleet::Pace`).
+    fn prepare(ruby: &Ruby, rb_self: &Self, process_id: RString, pushed: bool) -> Result<Option<RArray>, Error> {
         let breaker = ruby.get_inner(rb_self.breaker);
         let this = breaker.get(ruby)?;
         let now = this.clock.now();
@@ -152,8 +162,17 @@ impl Link {
             Self::status(ruby, breaker, if connected { CONNECTED } else { DEGRADED })?;
             return Ok(None);
         };
+        // At most 0.7 of host_ttl apart (`fleet::Pace`): a late heartbeat
+        // has the rest to spare before the host's report stops counting.
+        let heartbeat = rb_self.host_ttl_ms.saturating_mul(700_000);
+        let mut pace = rb_self.pace.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !pace.due(&send, pushed, ClockSource::Monotonic.now(), heartbeat) {
+            return Ok(None);
+        }
+        drop(pace);
         let host = rb_self.host.map_or(process_id, |h| ruby.get_inner(h));
-        let argv = ruby.ary_new_from_values(&[host, ruby.str_new(&send), ruby.get_inner(rb_self.channel)]);
+        let text = ruby.str_new(&fleet::encode(&send.words));
+        let argv = ruby.ary_new_from_values(&[host, text, ruby.get_inner(rb_self.channel)]);
         Ok(Some(ruby.ary_new_from_values(&[ruby.get_inner(rb_self.keys), argv])))
     }
 
@@ -222,7 +241,7 @@ pub fn init(ruby: &Ruby, class: RClass) -> Result<(), Error> {
     let module: RModule = class.define_module("Fleet")?;
     let link = module.define_class("Link", ruby.class_object())?;
     link.define_singleton_method("new", function!(Link::new, 6))?;
-    link.define_method("prepare", method!(Link::prepare, 1))?;
+    link.define_method("prepare", method!(Link::prepare, 2))?;
     link.define_method("receive", method!(Link::receive, 1))?;
     link.define_method("channel", method!(Link::channel, 0))?;
     link.define_method("tag", method!(Link::tag, 0))?;

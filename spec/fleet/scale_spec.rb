@@ -1,0 +1,56 @@
+# frozen_string_literal: true
+
+require "circuit_breaker/fleet"
+
+# Many idle fleet breakers in one process (docs/fleet.md, "Cost at
+# scale"): an idle breaker whose report has not changed sends a heartbeat
+# only, while the fleet's changes reach it by push; anything new is sent at
+# the next slot. `rake bench` (bench/fleet.rb, "Cost at scale") measures the
+# CPU this saves.
+RSpec.describe "CircuitBreaker fleet: at scale", :redis do
+  BREAKERS = 200
+
+  let(:name) { "scale-#{SecureRandom.hex(4)}" }
+
+  after { CircuitBreaker::Fleet.stop_all }
+
+  def wait_for(what, deadline: 30)
+    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
+    until (value = yield)
+      raise "#{what}: not within #{deadline}s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
+
+      sleep 0.02
+    end
+    value
+  end
+
+  def hosts_key(breaker) = "#{breaker.instance_variable_get(:@fleet_link).tag}:hosts"
+
+  it "sends idle breakers' heartbeats only, keeps their reports live, and sends a change at once" do
+    breakers = Array.new(BREAKERS) { |i| CircuitBreaker.new(name: "#{name}-#{i}", fleet: redis_server.url) }
+    wait_for("connected") { breakers.all? { |b| b.metrics[:fleet] == :connected } }
+    wait_for("subscribed") { redis_server.command("PUBSUB", "NUMPAT") >= 1 }
+    before = redis_server.command_counts.fetch("evalsha", 0)
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    sleep 1.5
+    secs = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    scripts = (redis_server.command_counts.fetch("evalsha", 0) - before) / secs
+    # One per breaker per 0.1 s interval would be 2,000 a second; a
+    # heartbeat per 0.35–0.7 s is at most about 570.
+    expect(scripts).to be < BREAKERS * 4
+    # Every report still counts (host_ttl: 1 s).
+    expect(breakers.sample(20).map { |b| redis_server.command("HLEN", hosts_key(b)) }).to all(eq(1))
+    changed = breakers.sample
+    changed.call { 1 }
+    wait_for("the call reported") { redis_server.command("HVALS", hosts_key(changed)).first.split[1] == "1" }
+  end
+
+  it "sends every interval while pushes do not reach the process" do
+    breaker = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05)
+    wait_for("connected") { breaker.metrics[:fleet] == :connected }
+    syncer = CircuitBreaker::Fleet.instance_variable_get(:@syncers).values.first
+    syncer.instance_variable_set(:@pushes, false) # as after a lost subscription
+    before = redis_server.command_counts.fetch("evalsha", 0)
+    wait_for("a send per interval") { redis_server.command_counts.fetch("evalsha", 0) >= before + 10 }
+  end
+end
