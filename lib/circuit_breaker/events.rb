@@ -59,11 +59,28 @@ class CircuitBreaker
 
     private
 
-    # A fleet breaker's link changed (its syncer, lib/circuit_breaker/fleet.rb).
-    def __fleet_status(status)
+    # A fleet breaker's link changed (its syncer, lib/circuit_breaker/fleet.rb),
+    # and why when it is :degraded (nil: the process that sends for the
+    # host knows): logged once, a warning when degraded (docs/fleet.md,
+    # "Degraded mode").
+    def __fleet_status(status, why)
+      __fleet_log(status, why)
       @fleet_listeners&.each { |l| __guard("on_fleet_change") { l.call(status) } }
-      __instrument("fleet_change.circuit_breaker") { { name: name, status: status } }
+      __instrument("fleet_change.circuit_breaker") { { name: name, status: status, reason: why } }
       nil
+    end
+
+    def __fleet_log(status, why)
+      return unless @logger
+
+      __guard("logger") do
+        if status == :degraded
+          @logger.warn("circuit #{name.inspect}: fleet degraded, on its own breaker " \
+                       "(#{why || 'as the process that sends for its host reported'})")
+        else
+          @logger.info("circuit #{name.inspect}: fleet #{status}")
+        end
+      end
     end
 
     # Per thread: the breakers whose transitions it is delivering, with

@@ -24,8 +24,13 @@
 -- Reply: one string, the integers REPLY names separated by spaces, kind 1.
 -- A change that was applied is also published: the same words with kind 2
 -- (pushed, not an answer to the receiver's send) and no grant.
--- Or '-1' when a key held something malformed (it is deleted; the next
--- send rebuilds it).
+-- Or '-1' when a key held something malformed: another type (WRONGTYPE),
+-- garbage, an integer out of range (it is deleted; the next send rebuilds
+-- it).
+--
+-- Hosts' fields: seen_ms total failures slow pgen want granted passed
+-- failed alone rg host_ttl (the last three may be missing, as an older gem
+-- wrote them).
 local REPORT = {'host_ttl', 'key_ttl', 'quota', 'total', 'failures', 'slow', 'probe_generation', 'want',
   'passed', 'failed', 'kind', 'expected', 'state', 'reason', 'open_for', 'open_base', 'stage', 'alone',
   'reset_generation'}
@@ -41,6 +46,29 @@ local function int(x)
   local n = tonumber(x)
   if n == nil or n ~= n or n ~= math.floor(n) then return nil end
   return n
+end
+
+-- A value stored in Redis: an integer in 0..limit (default MAX), else nil.
+local MAX = 2 ^ 48
+local function stored(x, limit)
+  local v = int(x)
+  if v == nil or v < 0 or v > (limit or MAX) then return nil end
+  return v
+end
+-- The codes of the state and reason fields, as fleet.rs reads them.
+local LIMIT = {s = 4, r = 9}
+-- A count in a host's field (the core reads their sums as 32-bit); its
+-- times, generations and TTL are WIDE.
+local COUNT = 2 ^ 31 - 1
+local WIDE = {[1] = true, [5] = true, [11] = true, [12] = true}
+
+-- A key of another type is malformed too.
+for _, key in ipairs({hosts, state}) do
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= 'hash' and kind ~= 'none' then
+    redis.call('DEL', key)
+    return '-1'
+  end
 end
 
 local a, n = {}, 0
@@ -65,19 +93,24 @@ if raw[1] == false then
   st = {e = now, v = 0, s = 0, g = 0, r = 0, u = 0, b = 0, i = 0, t = now, rt = now, rg = 0}
 else
   for n, name in ipairs(f) do
-    st[name] = int(raw[n])
+    st[name] = stored(raw[n], LIMIT[name])
     if st[name] == nil then
       redis.call('DEL', state)
       return '-1'
     end
   end
   local rt, rg = unpack(redis.call('HMGET', state, 'rt', 'rg'))
-  st.rt = rt and int(rt) or st.t
-  st.rg = rg and int(rg) or 0 -- missing before resets had generations
+  st.rt = rt and stored(rt) or st.t
+  st.rg = rg and stored(rg) or 0 -- missing before resets had generations
   if st.rt == nil or st.rg == nil then
     redis.call('DEL', state)
     return '-1'
   end
+  -- Redis's clock stepped back (a failover to a replica whose clock is
+  -- behind): times stored in its future are brought back to now, and an
+  -- opening lasts no longer than its length.
+  st.t, st.rt = math.min(st.t, now), math.min(st.rt, now)
+  if st.u > now + st.b then st.u = now + st.b end
 end
 
 local applied = 0
@@ -108,18 +141,30 @@ local alone_hosts, alone_calls = 0, 0
 local mine = 0
 local all = redis.call('HGETALL', hosts)
 for n = 1, #all, 2 do
-  local field, v = all[n], {}
-  for word in string.gmatch(all[n + 1], '%S+') do v[#v + 1] = int(word) end
-  for k = 1, 9 do
-    if v[k] == nil then
+  local field, v, words = all[n], {}, 0
+  for word in string.gmatch(all[n + 1], '%S+') do
+    words = words + 1
+    v[words] = stored(word, not WIDE[words] and COUNT or nil)
+    if v[words] == nil then
       redis.call('DEL', hosts)
       return '-1'
     end
   end
+  if words < 9 then
+    redis.call('DEL', hosts)
+    return '-1'
+  end
+  -- Seen in Redis's future (its clock stepped back): seen now.
+  if v[1] > now then
+    v[1] = now
+    redis.call('HSET', hosts, field, (string.gsub(all[n + 1], '^%S+', tostring(now))))
+  end
   local in_stage = st.s == HALF_OPEN and v[5] == st.g
   if field == me then
     if in_stage then mine = v[7] end
-  elseif now - v[1] <= host_ttl then
+  elseif now - v[1] <= (v[12] or host_ttl) then
+    -- Each host is live for its own host_ttl: a host of a longer
+    -- fleet_interval sends less often.
     live = live + 1
     -- A 10th word (why the host opened alone) and an 11th (its reset
     -- generation) are missing from an older gem's report.
@@ -151,7 +196,7 @@ else
   mine = 0
 end
 redis.call('HSET', hosts, me, table.concat({now, a.total, a.failures, a.slow, a.probe_generation, a.want, mine,
-  a.passed, a.failed, a.alone, a.reset_generation}, ' '))
+  a.passed, a.failed, a.alone, a.reset_generation, host_ttl}, ' '))
 redis.call('PEXPIRE', hosts, key_ttl)
 if a.reset_generation == st.rg then
   total, failures, slow = total + a.total, failures + a.failures, slow + a.slow
@@ -175,7 +220,9 @@ local function text(reply)
 end
 if applied == 1 then
   r.kind, r.granted_here = 2, 0
-  redis.call('PUBLISH', ARGV[3], text(r))
+  -- pcall: a user without channel permission still syncs (the hosts pull
+  -- the change at their next send; docs/fleet.md, "Hostile Redis").
+  redis.pcall('PUBLISH', ARGV[3], text(r))
   r.kind, r.granted_here = 1, mine
 end
 return text(r)

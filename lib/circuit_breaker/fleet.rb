@@ -3,6 +3,7 @@
 require "socket"
 require "securerandom"
 require "uri"
+require "circuit_breaker/fleet_connection"
 
 class CircuitBreaker
   # One breaker across hosts on Redis, with Redis never on the call path
@@ -32,7 +33,9 @@ class CircuitBreaker
           raise ArgumentError, "fleet_interval must be #{range} (got #{interval.inspect})"
         end
 
-        [connection_settings(fleet), interval.to_f]
+        settings = connection_settings(fleet)
+        Connection.driver # a missing client library is an error here, not a breaker that never connects
+        [settings, interval.to_f]
       end
 
       # Starts syncing `breaker` (a new breaker, from its `initialize`)
@@ -78,6 +81,16 @@ class CircuitBreaker
       # @api private
       def count_round_trip
         @round_trips += 1
+      end
+
+      # Says `text` once to each logger of `breakers`, or with `warn` when
+      # none has one: a problem of the whole link, not of one breaker.
+      # @api private
+      def report(text, breakers)
+        loggers = breakers.filter_map { |b| b.instance_variable_get(:@logger) }.uniq(&:object_id)
+        loggers.empty? ? warn("circuit_breaker: #{text}") : loggers.each { |l| l.warn("circuit_breaker: #{text}") }
+      rescue StandardError
+        nil
       end
 
       # Stops every syncer (tests; at exit).
@@ -208,7 +221,7 @@ class CircuitBreaker
       def start_fresh
         @thread = nil
         @subscriber = nil
-        @redis = nil
+        @connection = nil
         @sha = nil
         @stopping = false
         # Subscribed, and the last round trip worked: the fleet's changes
@@ -241,22 +254,19 @@ class CircuitBreaker
       def listen
         until @stopping
           begin
-            redis = new_connection
+            connection = Connection.open(@settings, @timeout)
             # The timeout only notices a connection that went silent (a
             # failover); a quiet one subscribes again at once.
-            redis.psubscribe_with_timeout(5.0, "#{PREFIX}:*:changed") do |on|
-              on.psubscribe { @pushes = true }
-              on.pmessage { |_pattern, channel, message| pushed(channel, message) }
+            connection.subscribe("#{PREFIX}:*:changed", 5.0, -> { @pushes = true }) do |channel, message|
+              pushed(channel, message)
             end
-          rescue Redis::TimeoutError
-            nil
-          rescue StandardError, ::Timeout::Error
+          rescue StandardError, ::Timeout::Error => e
             # Lost: idle breakers send at every slot until it is back.
             @pushes = false
-            sleep [@interval, 0.5].min unless @stopping
+            sleep(no_channel_permission(e) ? 10 : [@interval, 0.5].min) unless @stopping
           ensure
             begin
-              redis&.close
+              connection&.close
             rescue StandardError
               nil
             end
@@ -264,8 +274,23 @@ class CircuitBreaker
         end
       end
 
+      # A user without channel permission (a Redis 7 ACL user's default):
+      # every change reaches this process at its next send, and this is
+      # said once, to the breakers' loggers (docs/fleet.md, "Redis ACL").
+      def no_channel_permission(error)
+        return false unless error.message.start_with?("NOPERM")
+
+        unless @told_no_channels
+          @told_no_channels = true
+          Fleet.report("fleet: #{error.message} (PSUBSCRIBE #{PREFIX}:*:changed): changes reach this process " \
+                       "at its next send, not pushed; grant the user &#{PREFIX}:*:changed " \
+                       "(docs/fleet.md, \"Redis ACL\")", links.map(&:breaker))
+        end
+        true
+      end
+
       def pushed(channel, message)
-        links.each { |link| receive(link, message) if link.channel == channel }
+        links.each { |link| receive(link, message, nil) if link.channel == channel }
       end
 
       # One send per slot of @interval: at the slot's end, or pulled to
@@ -311,8 +336,11 @@ class CircuitBreaker
         return if sends.empty?
 
         replies = round_trip(sends.map(&:last))
-        @round_trip_ok = !replies.nil?
-        sends.each_with_index { |(link, _), i| receive(link, replies && replies[i]) }
+        @round_trip_ok = replies.is_a?(Array)
+        sends.each_with_index do |(link, _), i|
+          reply = replies.is_a?(Array) ? replies[i] : replies
+          receive(link, reply, failure(reply))
+        end
       rescue StandardError => e
         # A bug of the syncer, which must not stop syncing.
         warn "circuit_breaker: fleet syncer: #{e.class}: #{e.message}" if $VERBOSE
@@ -322,10 +350,21 @@ class CircuitBreaker
         @pushes && @round_trip_ok
       end
 
-      # Hands one reply (or pushed change) to its link.
-      def receive(link, reply)
+      # Hands one reply (or pushed change, or the error that stands for a
+      # reply, with `why`) to its link.
+      def receive(link, reply, why)
         # A change of the fleet's state goes at the next slot's start.
-        @waker.signal if guard(link) { link.receive(reply) }
+        @waker.signal if guard(link) { link.receive(why ? nil : reply, why) }
+      end
+
+      # Why a reply is no reply (nil: it is one): an error of the whole
+      # send, this breaker's own error reply (WRONGTYPE, NOPERM), or a key
+      # the script found malformed and deleted.
+      def failure(reply)
+        case reply
+        when Exception then "#{reply.class}: #{reply.message}"
+        when "-1" then "a key held a malformed value; the script deleted it, the next send rebuilds it"
+        end
       end
 
       # The listeners a link's calls run (state changes, fleet status) are
@@ -339,47 +378,35 @@ class CircuitBreaker
         nil
       end
 
+      # Every command's reply (an error reply as its exception), or the
+      # exception that failed the whole send: down, paused, slow, out of
+      # memory, failed over. Degraded until the next send works; nothing
+      # raised here reaches the app.
       def round_trip(sends)
-        redis = connection
-        load_script(redis) unless @sha
-        attempt = 0
-        begin
-          Fleet.count_round_trip
-          redis.pipelined do |p|
-            sends.each { |keys, argv| p.evalsha(@sha, keys: keys, argv: argv) }
-          end
-        rescue Redis::CommandError => e
-          raise unless e.message.start_with?("NOSCRIPT") && (attempt += 1) == 1
-
-          load_script(redis)
-          retry
+        connection = @connection ||= Connection.open(@settings, @timeout)
+        @sha ||= connection.call("SCRIPT", "LOAD", SCRIPT)
+        Fleet.count_round_trip
+        evalsha = ->((keys, argv)) { ["EVALSHA", @sha, keys.size, *keys, *argv] }
+        replies = connection.pipeline(sends.map(&evalsha))
+        # SCRIPT FLUSH (or a restart): loaded again, and only the commands
+        # it refused are sent again (the others were applied).
+        flushed = replies.each_index.select { |i| replies[i].is_a?(Exception) && replies[i].message.start_with?("NOSCRIPT") }
+        unless flushed.empty?
+          @sha = connection.call("SCRIPT", "LOAD", SCRIPT)
+          again = connection.pipeline(flushed.map { |i| evalsha.(sends[i]) })
+          flushed.each_with_index { |i, k| replies[i] = again[k] }
         end
-      rescue StandardError, ::Timeout::Error
-        # Down, paused, slow, out of memory, failed over: degraded until the
-        # next send works. Nothing raised here reaches the app.
+        replies
+      rescue StandardError, ::Timeout::Error => e
         close
-        nil
-      end
-
-      def load_script(redis)
-        @sha = redis.script(:load, SCRIPT)
-      end
-
-      def connection
-        @redis ||= new_connection
-      end
-
-      def new_connection
-        require "redis"
-        Redis.new(**@settings, connect_timeout: @timeout, read_timeout: @timeout,
-                               write_timeout: @timeout, reconnect_attempts: 0)
+        e
       end
 
       def close
-        redis = @redis
-        @redis = nil
+        connection = @connection
+        @connection = nil
         @sha = nil
-        redis&.close
+        connection&.close
       rescue StandardError
         nil
       end

@@ -57,7 +57,7 @@ RSpec.describe CircuitBreaker, "stores" do
       skip "a fleet send failed (a loaded machine): the host ran on its own breaker" if @fleet_degraded
     end
 
-    it_behaves_like "a breaker store", counters: :process, extra_metrics: { fleet: :connected }, disagreements: {
+    it_behaves_like "a breaker store", counters: :process, extra_metrics: { fleet: :connected, fleet_reason: nil }, disagreements: {
       trip_then_clock: "fleet: the host follows the fleet's opening its own trip! made (its reply and its " \
                        "pushed copy alike), whose end only Redis's clock decides " \
                        "(ext/circuit_breaker_core/src/fleet.rs: `decide` waits for the reply's remaining time " \

@@ -48,7 +48,7 @@ RSpec.describe "The fleet's wire format", :redis do
     words = CircuitBreaker::Fleet::REPLY_FIELDS.zip(reply.split(" ").map { |w| Integer(w, 10) }).to_h
     expect(words.values_at("kind", "state", "applied")).to eq([1, 0, 0])
     expect(words["total"]).to be >= 7 # with the syncer's own report, if it came first
-    expect(link(breaker).receive(reply)).to be(false) # nothing to propose
+    expect(link(breaker).receive(reply, nil)).to be(false) # nothing to propose
     expect(breaker.metrics[:fleet]).to eq(:connected)
   end
 
@@ -59,9 +59,9 @@ RSpec.describe "The fleet's wire format", :redis do
     expect { redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, argv[0], short, argv[2]) }
       .to raise_error(/a report has #{CircuitBreaker::Fleet::REPORT_FIELDS.size} integers/)
     reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, *argv)
-    link(breaker).receive(reply.split(" ")[0...-1].join(" "))
+    link(breaker).receive(reply.split(" ")[0...-1].join(" "), nil)
     expect(breaker.metrics[:fleet]).to eq(:degraded)
-    link(breaker).receive(reply)
+    link(breaker).receive(reply, nil)
     expect(breaker.metrics[:fleet]).to eq(:connected)
   end
 
@@ -77,6 +77,6 @@ RSpec.describe "The fleet's wire format", :redis do
     lib = File.expand_path("../../lib", __dir__)
     out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-e", script, redis_server.url)
     expect(status).to be_success, out
-    expect(out.lines.map(&:chomp)).to eq(["[0, 0]", "[1, 1]"])
+    expect(out.lines.map(&:chomp)).to eq(["[0, 0]", "[2, 1]"]) # fleet.rb and fleet_connection.rb
   end
 end

@@ -39,10 +39,12 @@ const CONNECTED: u8 = 1;
 const DEGRADED: u8 = 2;
 
 /// What a fleet breaker keeps of its link (in its `Inner`): the syncer's
-/// wake, told of failures, and the status `metrics[:fleet]` reports.
+/// wake, told of failures, and the status `metrics[:fleet]` reports, with
+/// why it is degraded (`metrics[:fleet_reason]`).
 pub(super) struct FleetSide {
     pub(super) wake: Arc<Wake>,
     status: AtomicU8,
+    why: Mutex<Option<String>>,
 }
 
 impl FleetSide {
@@ -50,6 +52,11 @@ impl FleetSide {
     /// :connected or :degraded.
     pub(super) fn status(&self, ruby: &Ruby) -> Symbol {
         status_sym(ruby, self.status.load(Ordering::Relaxed))
+    }
+
+    /// `metrics[:fleet_reason]`: why the link is degraded (None otherwise).
+    pub(super) fn why(&self) -> Option<String> {
+        self.why.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -111,7 +118,7 @@ impl Link {
     ) -> Result<Self, Error> {
         let this = breaker.get(ruby)?;
         let name = this.name.map(|n| ruby.get_inner(n)).ok_or_else(|| arg_error(ruby, "fleet: needs name:".into()))?;
-        let side = FleetSide { wake: Arc::clone(&waker.0), status: AtomicU8::new(CONNECTING) };
+        let side = FleetSide { wake: Arc::clone(&waker.0), status: AtomicU8::new(CONNECTING), why: Mutex::new(None) };
         if this.fleet.set(side).is_err() {
             return Err(arg_error(ruby, "the breaker already has a fleet link".into()));
         }
@@ -159,7 +166,7 @@ impl Link {
             Err(b) => return Err(b.into_error(ruby, &this.shared)),
         };
         let Some(send) = send else {
-            Self::status(ruby, breaker, if connected { CONNECTED } else { DEGRADED })?;
+            Self::status(ruby, breaker, if connected { CONNECTED } else { DEGRADED }, None)?;
             return Ok(None);
         };
         // At most 0.7 of host_ttl apart (`fleet::Pace`): a late heartbeat
@@ -177,11 +184,11 @@ impl Link {
     }
 
     /// Takes the script's reply to this breaker's send (nil, or anything
-    /// but the script's String: the send failed) or a change pushed on its
-    /// channel, notifies what changed, and answers whether a proposal waits
-    /// for the next send. A push that is not of the script's making changes
-    /// nothing.
-    fn receive(ruby: &Ruby, rb_self: &Self, reply: Value) -> Result<bool, Error> {
+    /// but the script's String: the send failed, for the reason `why`, when
+    /// the syncer knows it) or a change pushed on its channel, notifies
+    /// what changed, and answers whether a proposal waits for the next
+    /// send. A push that is not of the script's making changes nothing.
+    fn receive(ruby: &Ruby, rb_self: &Self, reply: Value, why: Option<RString>) -> Result<bool, Error> {
         let words = RString::from_value(reply).and_then(|s| {
             // SAFETY: the bytes are copied before any Ruby code runs.
             fleet::words(unsafe { s.as_slice() })
@@ -203,19 +210,26 @@ impl Link {
             Err(b) => return Err(b.into_error(ruby, &this.shared)),
         };
         if !pushed {
-            Self::status(ruby, breaker, if connected { CONNECTED } else { DEGRADED })?;
+            let why = || {
+                why.and_then(|w| w.to_string().ok()).unwrap_or_else(|| "a malformed reply from the fleet script".into())
+            };
+            Self::status(ruby, breaker, if connected { CONNECTED } else { DEGRADED }, (!connected).then(why))?;
         }
         Breaker::notify(ruby, breaker, &tr)?;
         Ok(proposing)
     }
 
-    /// Records the link's status; a change is an event (`__fleet_status`,
-    /// lib/circuit_breaker/events.rb).
-    fn status(ruby: &Ruby, breaker: Obj<Breaker>, status: u8) -> Result<(), Error> {
+    /// Records the link's status and why it is degraded (None: the
+    /// process that sends for the host knows); a change of status is an
+    /// event (`__fleet_status`, lib/circuit_breaker/events.rb).
+    fn status(ruby: &Ruby, breaker: Obj<Breaker>, status: u8, why: Option<String>) -> Result<(), Error> {
         let this = breaker.get(ruby)?;
         let Some(side) = this.fleet.get() else { return Ok(()) };
+        let why = (status == DEGRADED).then_some(why).flatten();
+        let text = why.clone();
+        *side.why.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = why;
         if side.status.swap(status, Ordering::AcqRel) != status {
-            breaker.funcall::<_, _, Value>(*ID_FLEET_STATUS, (status_sym(ruby, status),))?;
+            breaker.funcall::<_, _, Value>(*ID_FLEET_STATUS, (status_sym(ruby, status), text))?;
         }
         Ok(())
     }
@@ -223,6 +237,12 @@ impl Link {
     /// The channel its changes are pushed on.
     fn channel(ruby: &Ruby, rb_self: &Self) -> RString {
         ruby.get_inner(rb_self.channel)
+    }
+
+    /// Its breaker (the syncer reports a problem of the whole link to the
+    /// breakers' loggers).
+    fn breaker(ruby: &Ruby, rb_self: &Self) -> Obj<Breaker> {
+        ruby.get_inner(rb_self.breaker)
     }
 
     /// The tag of its keys (specs).
@@ -242,9 +262,10 @@ pub fn init(ruby: &Ruby, class: RClass) -> Result<(), Error> {
     let link = module.define_class("Link", ruby.class_object())?;
     link.define_singleton_method("new", function!(Link::new, 6))?;
     link.define_method("prepare", method!(Link::prepare, 2))?;
-    link.define_method("receive", method!(Link::receive, 1))?;
+    link.define_method("receive", method!(Link::receive, 2))?;
     link.define_method("channel", method!(Link::channel, 0))?;
     link.define_method("tag", method!(Link::tag, 0))?;
+    link.define_method("breaker", method!(Link::breaker, 0))?;
     link.define_method("sender", method!(Link::sender, 0))?;
     // The wire format's names, in order (spec/fleet/wire_spec.rb).
     module.const_set("REPORT_FIELDS", fleet::REPORT_FIELDS.to_vec())?;

@@ -46,6 +46,7 @@ static REASONS: [LazyId; 9] = [
     LazyId::new("consecutive_failures"),
 ];
 static ID_FLEET: LazyId = LazyId::new("fleet");
+static ID_FLEET_REASON: LazyId = LazyId::new("fleet_reason");
 static ID_HOST: LazyId = LazyId::new("host");
 static ID_PROCESS: LazyId = LazyId::new("process");
 
@@ -104,13 +105,14 @@ static KEYS: [LazyId; 20] = [
 /// the counters are those of every process mapping a `shared:` record.
 /// `dropped`: records a shared breaker dropped because its lock stayed busy
 /// (docs/shared.md).
-/// `fleet`: a fleet breaker's link status (`fleet:`, docs/fleet.md).
+/// `fleet`: a fleet breaker's link status, and why it is degraded
+/// (`fleet:`, docs/fleet.md).
 pub(super) fn metrics_hash(
     ruby: &Ruby,
     m: &Metrics,
     host_wide: bool,
     dropped: u64,
-    fleet: Option<Symbol>,
+    fleet: Option<(Symbol, Option<String>)>,
 ) -> Result<RHash, Error> {
     let h = ruby.hash_new();
     let c = &m.counters;
@@ -144,8 +146,9 @@ pub(super) fn metrics_hash(
         let key: OpaqueId = **key;
         h.aset(key.into_symbol_with(ruby), value())?;
     }
-    if let Some(status) = fleet {
+    if let Some((status, why)) = fleet {
         h.aset(sym(ruby, &ID_FLEET), status)?;
+        h.aset(sym(ruby, &ID_FLEET_REASON), why)?;
     }
     h.freeze();
     Ok(h)

@@ -183,9 +183,9 @@ impl Inner {
         }
     }
 
-    /// A fleet breaker's `metrics[:fleet]`.
-    fn fleet_status(&self, ruby: &Ruby) -> Option<Symbol> {
-        self.fleet.get().map(|f| f.status(ruby))
+    /// A fleet breaker's `metrics[:fleet]` and `metrics[:fleet_reason]`.
+    fn fleet_status(&self, ruby: &Ruby) -> Option<(Symbol, Option<String>)> {
+        self.fleet.get().map(|f| (f.status(ruby), f.why()))
     }
 
     /// A failure was recorded: a fleet breaker's syncer may send at once

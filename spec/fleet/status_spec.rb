@@ -1,0 +1,89 @@
+# frozen_string_literal: true
+
+require "logger"
+require "stringio"
+
+# The fleet link's status made visible (docs/fleet.md, "Degraded mode"):
+# each change logged once with why, instrumented, and shown by the
+# Prometheus text and the status page. A real redis-server, paused with
+# SIGSTOP; waits are bounded.
+RSpec.describe "CircuitBreaker fleet: status", :redis do
+  let(:name) { "status-#{SecureRandom.hex(4)}" }
+  let(:log) { StringIO.new }
+
+  after do
+    CircuitBreaker::Fleet.stop_all
+    redis_server.resume
+  end
+
+  def fleet_breaker(**options)
+    CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, **options)
+  end
+
+  def status(breaker) = breaker.metrics[:fleet]
+
+  # Pauses Redis until `breaker` is degraded, then resumes it until it is
+  # connected again.
+  def outage(breaker)
+    redis_server.pause
+    wait_until(what: "degraded") { status(breaker) == :degraded }
+    yield if block_given?
+  ensure
+    redis_server.resume
+    wait_until(what: "connected again") { status(breaker) == :connected }
+  end
+
+  it "logs each change once, degraded with why, to the configured logger" do
+    previous = CircuitBreaker.configuration.logger
+    CircuitBreaker.configure { |c| c.logger = Logger.new(log) }
+    breaker = fleet_breaker
+    wait_until(what: "connected") { status(breaker) == :connected }
+    outage(breaker) { expect(breaker.metrics[:fleet_reason]).to match(/Timeout|timed out/i) }
+    lines = log.string.lines.grep(/fleet/)
+    expect(lines.size).to eq(3)
+    expect(lines[0]).to match(/INFO .*circuit "#{name}": fleet connected/)
+    expect(lines[1]).to match(/WARN .*circuit "#{name}": fleet degraded.*(Timeout|timed out)/i)
+    expect(lines[2]).to match(/INFO .*fleet connected/)
+    expect(breaker.metrics[:fleet_reason]).to be_nil
+  ensure
+    CircuitBreaker.configure { |c| c.logger = previous }
+  end
+
+  it "instruments each change as fleet_change.circuit_breaker, with why", :integration do
+    require "active_support"
+    require "active_support/notifications"
+    received = Queue.new
+    subscription = ActiveSupport::Notifications.subscribe("fleet_change.circuit_breaker") do |*, payload|
+      received << payload if payload[:name] == name
+    end
+    breaker = fleet_breaker
+    wait_until(what: "connected") { status(breaker) == :connected }
+    outage(breaker)
+    payloads = Array.new(received.size) { received.pop }
+    expect(payloads.map { |p| p[:status] }).to eq(%i[connected degraded connected])
+    expect(payloads[1][:reason]).to match(/Timeout|timed out/i)
+  ensure
+    ActiveSupport::Notifications.unsubscribe(subscription) if subscription
+  end
+
+  it "raises a clear ArgumentError at construction when no Redis client library loads" do
+    fake = Dir.mktmpdir("cb-no-redis-")
+    %w[redis redis_client].each do |lib|
+      File.write(File.join(fake, "#{lib}.rb"), "raise LoadError, 'cannot load such file -- #{lib}'\n")
+    end
+    script = <<~RUBY
+      $LOAD_PATH.unshift #{fake.inspect}, #{File.expand_path('../../lib', __dir__).inspect}
+      require "circuit_breaker"
+      begin
+        CircuitBreaker.new(name: "no-client", fleet: #{redis_server.url.inspect})
+        puts "built"
+      rescue ArgumentError => e
+        puts e.message
+      end
+    RUBY
+    out = IO.popen([RbConfig.ruby, "-e", script], err: File::NULL, &:read)
+    expect(out).to match(/\Afleet: needs the redis-client gem or redis-rb >= 4.8, and neither loads/)
+  ensure
+    FileUtils.rm_rf(fake)
+  end
+end
