@@ -125,13 +125,14 @@ class CircuitBreaker
 
     # On the rejection path of an outage: with no listener, nothing is
     # built and the notifier is not asked (rake bench: rejection_as).
-    def __rejected(error)
+    # `subscribed`: whether ActiveSupport::Notifications has subscribers
+    # for rejections, as the native library read REJECTED_SUBSCRIBED (nil:
+    # unknown, ask the notifier); not called at all when it read false and
+    # there is no on_reject listener.
+    def __rejected(error, subscribed)
       @reject_listeners&.each { |l| __guard("on_reject") { l.call(error) } }
-      # The answer kept for this notifier, read inline: a method call here
-      # would cost more than the rest of the rejection.
-      known = REJECTED_SUBSCRIBED[0]
-      return if known && !known[1] && known[0].equal?(ActiveSupport::Notifications.notifier)
-      return unless defined?(ActiveSupport::Notifications) && Events.__subscribed?
+      subscribed = Events.__subscribed? if subscribed.nil?
+      return unless subscribed
 
       __instrument("rejected.circuit_breaker") { { name: name, state: error.state, retry_after: error.retry_after } }
       nil
@@ -161,15 +162,17 @@ class CircuitBreaker
       __report("ActiveSupport::Notifications listener of #{(name || '(unnamed)').inspect} raised #{__describe(e)}")
     end
 
-    # [[notifier, subscribed?]] for "rejected.circuit_breaker": whether the
-    # notifier has subscribers for it, asked once per change of its
-    # subscriptions. Its `listening?` costs about half of a bare raise +
-    # rescue, and a rejection (an outage's hot path) may cost no more than
-    # one in all (docs/performance.md). The notifier's own `subscribe` and
-    # `unsubscribe` (a module prepended to its singleton class, not to
-    # ActiveSupport's classes) forget the answer; a new notifier
-    # (`ActiveSupport::Notifications.notifier=`) is asked afresh. A notifier
-    # that cannot be watched (frozen) is asked every time.
+    # [[ActiveSupport::Notifications, notifier, subscribed?]], or [nil]:
+    # whether that notifier has subscribers for "rejected.circuit_breaker",
+    # asked once per change of its subscriptions and read by the native
+    # library (ext/circuit_breaker/src/breaker/events.rs) while it is still
+    # the notifier in place. Its `listening?` costs about half of a bare
+    # raise + rescue, and a rejection (an outage's hot path) may cost no
+    # more than one in all (docs/performance.md). The notifier's own
+    # `subscribe` and `unsubscribe` (a module prepended to its singleton
+    # class, not to ActiveSupport's classes) forget the answer; a new
+    # notifier (`ActiveSupport::Notifications.notifier=`) is asked afresh.
+    # A notifier that cannot be watched (frozen) is asked every time.
     REJECTED_SUBSCRIBED = [nil]
     private_constant :REJECTED_SUBSCRIBED
 
@@ -196,6 +199,8 @@ class CircuitBreaker
       # its answer, unless its subscriptions changed meanwhile.
       # @api private
       def __subscribed?
+        return false unless defined?(ActiveSupport::Notifications)
+
         notifier = ActiveSupport::Notifications.notifier
         generation = @lock.synchronize { @generation }
         # Subscribers silenced now (ActiveSupport 7.1's log levels) may not
@@ -204,7 +209,8 @@ class CircuitBreaker
         name = "rejected.circuit_breaker"
         answer = notifier.respond_to?(:all_listeners_for) ? notifier.all_listeners_for(name).any? : notifier.listening?(name)
         if watch(notifier)
-          @lock.synchronize { REJECTED_SUBSCRIBED[0] = [notifier, answer].freeze if @generation == generation }
+          kept = [ActiveSupport::Notifications, notifier, answer].freeze
+          @lock.synchronize { REJECTED_SUBSCRIBED[0] = kept if @generation == generation }
         end
         answer
       end

@@ -5,9 +5,10 @@ use std::sync::atomic::Ordering;
 
 use circuit_breaker_core::{Decision, Outcome, Rejection, Transitions};
 use magnus::{
+    prelude::*,
     typed_data::Obj,
     value::{Lazy, LazyId, OpaqueId, ReprValue},
-    Error, Exception, ExceptionClass, RHash, RString, Ruby, Value,
+    Error, Exception, ExceptionClass, RArray, RClass, RHash, RModule, RString, Ruby, Value,
 };
 
 use crate::cruby;
@@ -22,6 +23,7 @@ static ID_RETRY_AFTER: LazyId = LazyId::new("@retry_after");
 static ID_SET_BACKTRACE: LazyId = LazyId::new("set_backtrace");
 static ID_TRANSITION: LazyId = LazyId::new("__transition");
 static ID_REJECTED: LazyId = LazyId::new("__rejected");
+static ID_NOTIFIER: LazyId = LazyId::new("notifier");
 
 /// Where the gem's Ruby files are (`OpenError::GEM_FILES`, set by
 /// lib/circuit_breaker/errors.rb): their frames are left out of a
@@ -70,10 +72,52 @@ fn backtrace_line(ruby: &Ruby, class: ExceptionClass) -> Result<Option<RString>,
     Ok(Some(text))
 }
 
+/// `CircuitBreaker::Events::REJECTED_SUBSCRIBED` (lib/circuit_breaker/events.rb):
+/// `[nil]`, or `[[ActiveSupport::Notifications, notifier, subscribed?]]`, the
+/// answer Ruby got from that notifier, kept until its subscriptions change.
+static REJECTED_SUBSCRIBED: Lazy<RArray> = Lazy::new(|ruby| {
+    let kept = || -> Result<RArray, Error> {
+        let breaker: RClass = ruby.class_object().const_get("CircuitBreaker")?;
+        let events: RModule = breaker.const_get("Events")?;
+        events.const_get("REJECTED_SUBSCRIBED")
+    };
+    // Never written to when missing: Ruby then asks the notifier each time.
+    kept().unwrap_or_else(|_| ruby.ary_new())
+});
+
+/// Whether someone subscribed to `rejected.circuit_breaker`: false without
+/// ActiveSupport, else the answer Ruby kept while its notifier is still the
+/// one in place, else nil (Ruby asks the notifier). Read here, with no Ruby
+/// method of the gem called, since a rejection is an outage's hot path and
+/// may cost no more than a bare raise (docs/performance.md). Never inlined:
+/// it stays out of `call`'s admitted path.
+#[inline(never)]
+fn rejected_subscribed(ruby: &Ruby) -> Value {
+    if !active_support_loaded(ruby) {
+        return ruby.qfalse().as_value();
+    }
+    let ask = ruby.qnil().as_value();
+    let kept = ruby.get_inner(&REJECTED_SUBSCRIBED).entry::<Value>(0).ok().and_then(RArray::from_value);
+    let Some(kept) = kept else { return ask };
+    let (Ok(notifications), Ok(notifier), Ok(answer)) =
+        (kept.entry::<Value>(0), kept.entry::<Value>(1), kept.entry::<Value>(2))
+    else {
+        return ask;
+    };
+    match notifications.funcall::<_, _, Value>(*ID_NOTIFIER, ()) {
+        Ok(now) if cruby::raw(now) == cruby::raw(notifier) => answer,
+        _ => ask, // another notifier, or one Ruby reports on
+    }
+}
+
 impl Inner {
-    /// Whether a rejection has listeners (`on_reject`, ActiveSupport).
-    pub(super) fn rejections_watched(&self, ruby: &Ruby) -> bool {
-        self.notify_rejects.load(Ordering::Relaxed) || active_support_loaded(ruby)
+    /// Who hears of a rejection: None when no one (no `on_reject` listener,
+    /// no ActiveSupport subscriber), else `__rejected`'s `subscribed`
+    /// argument ([`rejected_subscribed`]).
+    pub(super) fn rejection_audience(&self, ruby: &Ruby) -> Option<Value> {
+        let subscribed = rejected_subscribed(ruby);
+        let none = cruby::raw(subscribed) == cruby::raw(ruby.qfalse());
+        (self.notify_rejects.load(Ordering::Relaxed) || !none).then_some(subscribed)
     }
 }
 
@@ -143,9 +187,9 @@ impl Breaker {
     /// The error for a rejected call, after its listeners ran.
     pub(super) fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
         let ex = Self::open_error(ruby, rb_self, r)?;
-        if rb_self.get(ruby)?.rejections_watched(ruby) {
+        if let Some(subscribed) = rb_self.get(ruby)?.rejection_audience(ruby) {
             // As in `notify`: only what the listeners' guard let through.
-            rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex,))?;
+            rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex, subscribed))?;
         }
         Ok(ex)
     }

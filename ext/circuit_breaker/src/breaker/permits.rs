@@ -64,7 +64,7 @@ impl Breaker {
             }
             Decision::Rejected(r) => {
                 // `allow?` raises nothing: the error exists for listeners only.
-                if this.rejections_watched(ruby) {
+                if this.rejection_audience(ruby).is_some() {
                     Self::rejected(ruby, rb_self, r)?;
                 }
                 Ok(false)
