@@ -20,6 +20,8 @@
 --   alone: why the host opened on its own window (0: it did not);
 --   reset_generation: the reset generation its counts follow (counted only
 --     if it is the fleet's: counts sent before a reset! never count after it).
+--   rounds_between: the proposal's rounds in a row of its stage that ended
+--     between the rates (kept in the state as rb, answered back).
 -- ARGV[3] the channel a change is published on (pushed to every host).
 -- Reply: one string, the integers REPLY names separated by spaces, kind 1.
 -- A change that was applied is also published: the same words with kind 2
@@ -33,10 +35,10 @@
 -- wrote them).
 local REPORT = {'host_ttl', 'key_ttl', 'quota', 'total', 'failures', 'slow', 'probe_generation', 'want',
   'passed', 'failed', 'kind', 'expected', 'state', 'reason', 'open_for', 'open_base', 'stage', 'alone',
-  'reset_generation'}
+  'reset_generation', 'rounds_between'}
 local REPLY = {'kind', 'epoch', 'version', 'state', 'generation', 'reason', 'remaining', 'open_base', 'stage',
   'stage_elapsed', 'total', 'failures', 'slow', 'hosts', 'granted_here', 'granted', 'passed', 'failed',
-  'applied', 'round_elapsed', 'alone_hosts', 'alone_calls', 'reset_generation'}
+  'applied', 'round_elapsed', 'alone_hosts', 'alone_calls', 'reset_generation', 'rounds_between'}
 local CLOSED, OPEN, HALF_OPEN = 0, 1, 2
 local hosts, state = KEYS[1], KEYS[2]
 local clock = redis.call('TIME')
@@ -90,7 +92,7 @@ local f = {'e', 'v', 's', 'g', 'r', 'u', 'b', 'i', 't'}
 local raw = redis.call('HMGET', state, unpack(f))
 local st = {}
 if raw[1] == false then
-  st = {e = now, v = 0, s = 0, g = 0, r = 0, u = 0, b = 0, i = 0, t = now, rt = now, rg = 0}
+  st = {e = now, v = 0, s = 0, g = 0, r = 0, u = 0, b = 0, i = 0, t = now, rt = now, rg = 0, rb = 0}
 else
   for n, name in ipairs(f) do
     st[name] = stored(raw[n], LIMIT[name])
@@ -99,10 +101,11 @@ else
       return '-1'
     end
   end
-  local rt, rg = unpack(redis.call('HMGET', state, 'rt', 'rg'))
+  local rt, rg, rb = unpack(redis.call('HMGET', state, 'rt', 'rg', 'rb'))
   st.rt = rt and stored(rt) or st.t
   st.rg = rg and stored(rg) or 0 -- missing before resets had generations
-  if st.rt == nil or st.rg == nil then
+  st.rb = rb and stored(rb) or 0 -- missing before stages counted their rounds
+  if st.rt == nil or st.rg == nil or st.rb == nil then
     redis.call('DEL', state)
     return '-1'
   end
@@ -122,7 +125,7 @@ if kind == 2 or (kind == 1 and a.expected == st.v) then
   -- min_stage_duration counts from. Every change starts a round (rt):
   -- what half_open_timeout counts from.
   local same_stage = st.s == HALF_OPEN and a.state == HALF_OPEN and a.stage == st.i and kind == 1
-  st.s, st.r, st.b, st.i = a.state, a.reason, a.open_base, a.stage
+  st.s, st.r, st.b, st.i, st.rb = a.state, a.reason, a.open_base, a.stage, a.rounds_between
   if not same_stage then st.t = now end
   st.rt = now
   st.u = (st.s == OPEN) and (now + a.open_for) or 0
@@ -131,7 +134,7 @@ if kind == 2 or (kind == 1 and a.expected == st.v) then
   applied = 1
 end
 redis.call('HSET', state, 'e', st.e, 'v', st.v, 's', st.s, 'g', st.g, 'r', st.r,
-  'u', st.u, 'b', st.b, 'i', st.i, 't', st.t, 'rt', st.rt, 'rg', st.rg)
+  'u', st.u, 'b', st.b, 'i', st.i, 't', st.t, 'rt', st.rt, 'rg', st.rg, 'rb', st.rb)
 redis.call('PEXPIRE', state, key_ttl)
 
 -- The other live hosts' reports; stale ones are dropped.
@@ -212,7 +215,7 @@ local r = {kind = 1, epoch = st.e, version = st.v, state = st.s, generation = st
   remaining = remaining, open_base = st.b, stage = st.i, stage_elapsed = now - st.t, total = total,
   failures = failures, slow = slow, hosts = live, granted_here = mine, granted = granted, passed = passed,
   failed = failed, applied = applied, round_elapsed = now - st.rt, alone_hosts = alone_hosts,
-  alone_calls = alone_calls, reset_generation = st.rg}
+  alone_calls = alone_calls, reset_generation = st.rg, rounds_between = st.rb}
 local function text(reply)
   local out = {}
   for k, name in ipairs(REPLY) do out[k] = string.format('%.0f', reply[name]) end

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "securerandom"
+require "circuit_breaker/fleet"
 require "logger"
 require "stringio"
 

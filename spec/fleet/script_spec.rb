@@ -14,7 +14,7 @@ RSpec.describe "The fleet script", :redis do
   # One send of host "h" (its report as lib/circuit_breaker/fleet.lua's
   # REPORT names the words); returns the reply's integers.
   def send_report(kind: 0, expected: -1, state: 0, stage: 0, host: "h", total: 0, alone: 0, reset: 0)
-    report = [1_000, 60_000, 2, total, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, alone, reset]
+    report = [1_000, 60_000, 2, total, 0, 0, 0, 0, 0, 0, kind, expected, state, 5, 0, 0, stage, alone, reset, 0]
     reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, host, report.join(" "),
                                  "#{tag}:changed")
     reply.split(" ").map { |w| Integer(w, 10) }

@@ -21,7 +21,7 @@
 use crate::clock::Nanos;
 use crate::config::Config;
 use crate::mirror::{Command, Maybe, Proposal};
-use crate::ramp::{verdict, Verdict};
+use crate::ramp::{step, verdict, Step};
 use crate::state::{trip_reason, Breaker, Reason, State, Transitions};
 use crate::window::{Buckets, Counts, Slots, Window};
 
@@ -79,6 +79,9 @@ pub struct Reply {
     /// The fleet's generation of the last `reset!`: the script counts only
     /// reports made in it (docs/fleet.md, "What each host sends").
     pub reset_generation: u64,
+    /// Rounds in a row of the fleet's stage that ended between the rates
+    /// (`ramp::step`).
+    pub rounds_between: u32,
 }
 
 /// The wire format: the words of the script's reply (and of the change it
@@ -108,10 +111,11 @@ pub const REPLY_FIELDS: [&str; REPLY_LEN] = [
     "alone_hosts",
     "alone_calls",
     "reset_generation",
+    "rounds_between",
 ];
 
 /// Length of the script's reply.
-pub const REPLY_LEN: usize = 23;
+pub const REPLY_LEN: usize = 24;
 
 /// The wire format: the words of a host's send for one breaker (the
 /// script's ARGV[2]), in order, as lib/circuit_breaker/fleet.lua's
@@ -137,6 +141,7 @@ pub const REPORT_FIELDS: [&str; 3 + REPORT_LEN] = [
     "stage",
     "alone",
     "reset_generation",
+    "rounds_between",
 ];
 
 /// Integers separated by single spaces (what the script sends and
@@ -228,6 +233,7 @@ impl Reply {
             alone_hosts: u32_at(20)?,
             alone_calls: u64_at(21)?,
             reset_generation: u64_at(22)?,
+            rounds_between: u32_at(23)?,
         })
     }
 }
@@ -237,37 +243,37 @@ impl Reply {
 /// (a SlidingWindow's size), so `min_calls` is clamped to what the live
 /// hosts' windows can hold together.
 pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal> {
-    let at = |state, reason, open_for, open_base, stage| {
-        Some(Proposal { expected: Some(r.version).into(), state, reason, open_for, open_base, stage })
+    let at = |state, reason, open_for, open_base, stage, rounds_between| {
+        Some(Proposal { expected: Some(r.version).into(), state, reason, open_for, open_base, stage, rounds_between })
     };
     let reopen = |reason| {
         let base = cfg.backed_off(r.open_base);
-        at(State::Open, reason, base, base, 0)
+        at(State::Open, reason, base, base, 0, 0)
     };
     match r.state {
         State::Closed => {
             let capacity = capacity.map(|c| c.saturating_mul(r.hosts.max(1)));
             let reason = trip_reason(cfg, &r.counts, capacity).or_else(|| quorum(cfg, r))?;
-            at(State::Open, reason, cfg.open_duration, cfg.open_duration, 0)
+            at(State::Open, reason, cfg.open_duration, cfg.open_duration, 0, 0)
         }
-        State::Open if r.remaining == 0 => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, 0),
+        State::Open if r.remaining == 0 => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, 0, 0),
         State::HalfOpen => {
             if cfg.half_open_timeout.is_some_and(|t| r.round_elapsed >= t) {
                 return reopen(Reason::HalfOpenTimeout);
             }
-            match verdict(r.passed, r.failed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate) {
-                Verdict::Pending => None,
-                Verdict::Reopen => reopen(Reason::ProbeFailed),
-                Verdict::Restart => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, r.stage),
-                // A stage advances only once it lasted min_stage_duration
-                // (docs/semantics.md); an earlier pass starts a new round.
-                Verdict::Advance if r.stage_elapsed < cfg.min_stage_duration => {
-                    at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, r.stage)
+            // The host's rule on the fleet's tallies (`ramp::step`): a
+            // second round in a row between the rates reopens, and a stage
+            // advances only once it lasted min_stage_duration (an earlier
+            // pass starts a new round).
+            let verdict = verdict(r.passed, r.failed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
+            match step(verdict, r.rounds_between, r.stage_elapsed >= cfg.min_stage_duration) {
+                Step::Stay => None,
+                Step::Reopen => reopen(Reason::ProbeFailed),
+                Step::NewRound(rounds) => at(State::HalfOpen, Reason::CoolDownElapsed, 0, r.open_base, r.stage, rounds),
+                Step::Advance if (r.stage as usize) + 1 < cfg.ramp.len() => {
+                    at(State::HalfOpen, Reason::ProbesPassed, 0, r.open_base, r.stage + 1, 0)
                 }
-                Verdict::Advance if (r.stage as usize) + 1 < cfg.ramp.len() => {
-                    at(State::HalfOpen, Reason::ProbesPassed, 0, r.open_base, r.stage + 1)
-                }
-                Verdict::Advance => at(State::Closed, Reason::ProbesPassed, 0, 0, 0),
+                Step::Advance => at(State::Closed, Reason::ProbesPassed, 0, 0, 0, 0),
             }
         }
         State::Open | State::ForcedOpen | State::Disabled => None,
@@ -296,7 +302,7 @@ fn quorum(cfg: &Config, r: &Reply) -> Option<Reason> {
 
 /// What a host reports for one breaker (the last words of
 /// [`REPORT_FIELDS`]).
-pub const REPORT_LEN: usize = 16;
+pub const REPORT_LEN: usize = 17;
 
 /// One breaker's send ([`Breaker::fleet_send`]): its words, and whether the
 /// breaker is idle (connected, following no fleet opening or stage, no
@@ -464,6 +470,7 @@ impl Breaker {
                     open_for,
                     open_base: open_for,
                     stage: 0,
+                    rounds_between: 0,
                 }),
             ),
             (None, Some(p)) => (1, Some(p)),
@@ -476,6 +483,7 @@ impl Breaker {
             open_for: 0,
             open_base: 0,
             stage: 0,
+            rounds_between: 0,
         });
         [
             int(c.total),
@@ -494,6 +502,7 @@ impl Breaker {
             i64::from(p.stage),
             alone,
             int(f.reset_generation),
+            i64::from(p.rounds_between),
         ]
     }
 

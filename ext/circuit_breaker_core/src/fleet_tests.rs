@@ -171,6 +171,39 @@ fn the_fleets_stage_is_judged_on_summed_probes_with_the_hosts_rule() {
 }
 
 #[test]
+fn a_fleet_stage_between_the_rates_starts_over_once_and_reopens_at_a_second_round_in_a_row() {
+    // 4 probes, advance at 100 %, reopen below 50 %: 3 of 4 is between.
+    let cfg = config(|o| {
+        o.half_open_calls = 4;
+        o.advance_rate = 1.0;
+        o.reopen_rate = Some(0.5);
+    });
+    let round = |passed, failed, rounds_between| {
+        let mut v = reply(9, State::HalfOpen, 9, 5);
+        v[7] = 30_000;
+        v[16] = passed;
+        v[17] = failed;
+        v[23] = rounds_between;
+        decide(&cfg, &Reply::parse(&v).unwrap(), None).unwrap()
+    };
+    let first = round(3, 1, 0);
+    assert_eq!((first.state, first.stage, first.rounds_between), (State::HalfOpen, 0, 1), "starts over once");
+    let second = round(3, 1, i64::from(first.rounds_between));
+    assert_eq!((second.state, second.reason), (State::Open, Reason::ProbeFailed), "a second round in a row reopens");
+    // A round that passes before min_stage_duration ends the streak, as on a host.
+    let cfg = config(|o| {
+        o.half_open_calls = 4;
+        o.min_stage_duration = 60.0;
+        o.half_open_timeout = Some(60.0);
+    });
+    let mut v = reply(9, State::HalfOpen, 9, 5);
+    v[16] = 4;
+    v[23] = 1;
+    let p = decide(&cfg, &Reply::parse(&v).unwrap(), None).unwrap();
+    assert_eq!((p.state, p.rounds_between), (State::HalfOpen, 0));
+}
+
+#[test]
 fn a_host_follows_a_fleet_opening_for_the_time_remaining() {
     let mut h = Host::new(config(|o| o.open_duration = 30.0));
     let mut v = reply(2, State::Open, 2, 1);

@@ -66,6 +66,9 @@ pub struct Proposal {
     /// The backed-off length the next reopen multiplies.
     pub open_base: Nanos,
     pub stage: u32,
+    /// Rounds in a row of this stage that ended between the rates
+    /// (`ramp::step`): the fleet keeps them with its state.
+    pub rounds_between: u32,
 }
 
 /// An opening of this host on its own window (docs/fleet.md, "When hosts
@@ -161,7 +164,7 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
     let h = crate::hash_layout!(h, Maybe<u64> { present, value });
     let h = crate::hash_layout!(h, Command { to, open_for });
     let h = crate::hash_layout!(h, enum Reason);
-    crate::hash_layout!(h, Proposal { expected, state, reason, open_for, open_base, stage })
+    crate::hash_layout!(h, Proposal { expected, state, reason, open_for, open_base, stage, rounds_between })
 }
 
 impl HostSide {

@@ -235,6 +235,38 @@ pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, reope
     }
 }
 
+/// What a stage does on a verdict: one rule for a host's stage
+/// (`state.rs`) and the fleet's (`fleet.rs`), so a dependency that half
+/// works reopens the fleet as it reopens a host (docs/semantics.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Probes are still to come.
+    Stay,
+    /// Back to open.
+    Reopen,
+    /// The stage starts over: a new round, after this many rounds in a row
+    /// that ended between the rates.
+    NewRound(u32),
+    /// The next stage (after the last: closed).
+    Advance,
+}
+
+/// The step a `verdict` leads to, in a stage whose last `rounds_between`
+/// rounds in a row ended between `reopen_rate` and `advance_rate`, and
+/// which has (`lasted`) or has not yet lasted `min_stage_duration`: a
+/// second round in a row between the rates reopens; a pass before
+/// `min_stage_duration` starts a new round, and ends the streak.
+pub fn step(verdict: Verdict, rounds_between: u32, lasted: bool) -> Step {
+    match verdict {
+        Verdict::Pending => Step::Stay,
+        Verdict::Reopen => Step::Reopen,
+        Verdict::Restart if rounds_between > 0 => Step::Reopen,
+        Verdict::Restart => Step::NewRound(rounds_between + 1),
+        Verdict::Advance if !lasted => Step::NewRound(0),
+        Verdict::Advance => Step::Advance,
+    }
+}
+
 /// Adds the layout of a stage (see [`crate::shm::layout_hash`]).
 pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
     let h = crate::hash_layout!(

@@ -24,7 +24,7 @@ use crate::clock::Nanos;
 use crate::config::Config;
 use crate::counters::Counters;
 use crate::mirror::HostSide;
-use crate::ramp::{Cohort, Stage, Verdict, TAG_LIMIT};
+use crate::ramp::{step, Cohort, Stage, Step, Verdict, TAG_LIMIT};
 pub use crate::states::{Reason, State};
 use crate::window::{Buckets, Counts, Mark, Slots, Window};
 
@@ -632,20 +632,18 @@ impl Breaker {
         // round that passes earlier starts the stage over (docs/semantics.md).
         let Some(&Stage { index, entered_at, rounds_between, .. }) = self.stage() else { return };
         let lasted = now >= entered_at.saturating_add(cfg.min_stage_duration);
-        match verdict {
-            Verdict::Pending => {}
-            Verdict::Reopen => self.enter(State::Open, reopen_reason, w, cfg, now, out),
-            // Between the rates a second round in a row: the dependency
-            // still fails too often to advance (docs/semantics.md), and
-            // starting over for good would keep rejecting most calls.
-            Verdict::Restart if rounds_between > 0 => self.enter(State::Open, reopen_reason, w, cfg, now, out),
-            Verdict::Restart => self.new_round(now, rounds_between + 1),
-            Verdict::Advance if !lasted => self.new_round(now, 0),
-            Verdict::Advance if (index as usize) + 1 < cfg.ramp.len() => {
+        // Between the rates a second round in a row: the dependency still
+        // fails too often to advance (docs/semantics.md), and starting over
+        // for good would keep rejecting most calls (`ramp::step`).
+        match step(verdict, rounds_between, lasted) {
+            Step::Stay => {}
+            Step::Reopen => self.enter(State::Open, reopen_reason, w, cfg, now, out),
+            Step::NewRound(rounds) => self.new_round(now, rounds),
+            Step::Advance if (index as usize) + 1 < cfg.ramp.len() => {
                 self.generation = self.generation.wrapping_add(1);
                 self.phase = Phase::HalfOpen(Stage::new(index + 1, now, now));
             }
-            Verdict::Advance => self.enter(State::Closed, Reason::ProbesPassed, w, cfg, now, out),
+            Step::Advance => self.enter(State::Closed, Reason::ProbesPassed, w, cfg, now, out),
         }
     }
 
