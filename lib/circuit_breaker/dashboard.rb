@@ -334,10 +334,19 @@ class CircuitBreaker
         { open: "#{format('%.1f', m[:retry_after] || 0)} s", forced_open: "until reset" }.fetch(m[:state], "—"),
         "#{percent(m[:error_rate])} of #{m[:total]}", percent(m[:slow_call_rate]), tripped,
         m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened],
-        %(<span class="scope" data-scope="#{h.(m[:scope])}">#{h.(m[:scope] == :host ? 'host-wide' : "this worker only (pid #{Process.pid})")}</span>),
+        %(<span class="scope" data-scope="#{h.(m[:scope])}">) +
+          %(#{h.(m[:scope] == :host ? 'host-wide' : "this worker only (pid #{Process.pid})")}</span>#{fleet(m, h)}),
         chart(name), buttons
       ]
       %(<tr id="breaker-#{h.(name)}" data-state="#{h.(m[:state])}"><td>#{h.(name)}</td>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>\n)
+    end
+
+    # With fleet: its link's status, and why it is degraded.
+    def fleet(metrics, escape)
+      return "" unless metrics[:fleet]
+
+      why = metrics[:fleet_reason] ? ": #{escape.(metrics[:fleet_reason])}" : ""
+      %(<br><span class="fleet" data-fleet="#{escape.(metrics[:fleet])}">fleet #{escape.(metrics[:fleet])}#{why}</span>)
     end
 
     # A strip of the states seen, newest right: since the first one seen

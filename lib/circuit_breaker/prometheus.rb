@@ -20,6 +20,7 @@ class CircuitBreaker
     CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
     STATES = %i[closed open half_open forced_open disabled].freeze
+    FLEET = %i[connecting connected degraded].freeze
 
     # name, type, help, how to read the value from a metrics Hash (nil: no sample)
     FAMILIES = [
@@ -56,8 +57,8 @@ class CircuitBreaker
     ].freeze
 
     LABEL_NAME = /\A[a-zA-Z_][a-zA-Z0-9_]*\z/
-    RESERVED = %w[breaker state counters].freeze
-    private_constant :STATES, :FAMILIES, :LABEL_NAME, :RESERVED
+    RESERVED = %w[breaker state counters status].freeze
+    private_constant :STATES, :FLEET, :FAMILIES, :LABEL_NAME, :RESERVED
 
     class << self
       # The exposition of `breakers`.
@@ -68,7 +69,7 @@ class CircuitBreaker
       #   (default: {CircuitBreaker.registry}); the name becomes the
       #   `breaker` label
       # @param labels [Hash] constant labels added to every sample (names as
-      #   Prometheus allows, other than breaker, state and counters)
+      #   Prometheus allows, other than breaker, state, counters and status)
       # @return [String] the text, ending with a newline (empty without breakers)
       # @raise [TypeError] breakers not a Hash of names to breakers, or labels not a Hash
       # @raise [ArgumentError] a label name Prometheus refuses or reserved here
@@ -83,6 +84,13 @@ class CircuitBreaker
         family(out, "circuit_breaker_info", "gauge",
                "Always 1; counters=\"host\" when the counters are those of every process of the host (shared:).") do
           rows.map { |l, m| [l.merge("counters" => m[:counters].to_s), 1] }
+        end
+        family(out, "circuit_breaker_fleet_status", "gauge",
+               "With fleet: 1 for the status of the breaker's link to Redis (connecting, connected, degraded), " \
+               "0 for the others; absent without fleet.") do
+          rows.select { |_, m| m[:fleet] }.flat_map do |l, m|
+            FLEET.map { |s| [l.merge("status" => s.to_s), m[:fleet] == s ? 1 : 0] }
+          end
         end
         FAMILIES.each do |name, type, help, read|
           family(out, name, type, help) { rows.map { |l, m| [l, read.call(m)] } }

@@ -68,6 +68,39 @@ RSpec.describe "CircuitBreaker fleet: status", :redis do
     ActiveSupport::Notifications.unsubscribe(subscription) if subscription
   end
 
+  it "shows the status, and why when degraded, in the Prometheus text (promtool-clean) and on the status page" do
+    require "open3"
+    require "json"
+    require "rack/mock"
+    require "circuit_breaker/dashboard"
+    breaker = fleet_breaker
+    wait_until(what: "connected") { status(breaker) == :connected }
+    dashboard = CircuitBreaker::Dashboard.new(breakers: { name => breaker })
+    samples = lambda do
+      CircuitBreaker::Prometheus.render({ name => breaker }).lines.grep(/\Acircuit_breaker_fleet_status/).to_h(&:split)
+    end
+    expect(samples.()).to eq(
+      %(circuit_breaker_fleet_status{breaker="#{name}",status="connecting"}) => "0",
+      %(circuit_breaker_fleet_status{breaker="#{name}",status="connected"}) => "1",
+      %(circuit_breaker_fleet_status{breaker="#{name}",status="degraded"}) => "0"
+    )
+    outage(breaker) do
+      expect(samples.()[%(circuit_breaker_fleet_status{breaker="#{name}",status="degraded"})]).to eq("1")
+      begin
+        out, result = Open3.capture2e("promtool", "check", "metrics",
+                                      stdin_data: CircuitBreaker::Prometheus.render({ name => breaker }))
+        expect([out, result.exitstatus]).to eq(["", 0])
+      rescue Errno::ENOENT
+        nil # promtool missing: spec/circuit_breaker/prometheus_spec.rb skips with the reason
+      end
+      html = Rack::MockRequest.new(dashboard).get("/").body
+      expect(html).to match(/<span class="fleet" data-fleet="degraded">fleet degraded: [^<]*(Timeout|timed out)/i)
+      entry = JSON.parse(Rack::MockRequest.new(dashboard).get("/status.json").body)["breakers"].first
+      expect(entry["metrics"]).to include("fleet" => "degraded", "fleet_reason" => match(/Timeout|timed out/i))
+    end
+    expect(Rack::MockRequest.new(dashboard).get("/").body).to include(%(<span class="fleet" data-fleet="connected">fleet connected</span>))
+  end
+
   it "raises a clear ArgumentError at construction when no Redis client library loads" do
     fake = Dir.mktmpdir("cb-no-redis-")
     %w[redis redis_client].each do |lib|
