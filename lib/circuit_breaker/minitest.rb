@@ -73,6 +73,7 @@ class CircuitBreaker
       super
       CircuitBreaker::TestHelpers.follow_active_support_travel
       CircuitBreaker::TestHelpers.keep_workers_apart
+      CircuitBreaker::TestHelpers.follow_time(new_test: true)
       CircuitBreaker.reset_all!
     end
   end

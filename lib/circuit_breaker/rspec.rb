@@ -53,6 +53,7 @@ RSpec.configure do |config|
   config.include CircuitBreaker::Matchers
   config.before do
     CircuitBreaker::TestHelpers.keep_workers_apart
+    CircuitBreaker::TestHelpers.follow_time(new_test: true)
     CircuitBreaker.reset_all!
   end
 end

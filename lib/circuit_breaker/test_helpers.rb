@@ -8,11 +8,13 @@ class CircuitBreaker
   # (docs/testing.md). A breaker is given as a breaker or as the name of a
   # registered one.
   module TestHelpers
-    # Moves the time of every breaker in this process forward by `seconds`,
+    # Moves the time of every breaker of this process forward by `seconds`,
     # without sleeping: breakers (and TimeWindows) on the monotonic clock,
     # whenever they were created. An open breaker whose `open_duration` has
-    # passed is then half-open. Time only moves forward; breakers on a
-    # ManualClock follow their clock instead.
+    # passed is then half-open. It lasts until the end of the test: the
+    # next one starts at the real time again (docs/testing.md). Breakers on
+    # a ManualClock follow their clock instead, and `shared:` breakers keep
+    # the real time (other processes read them).
     #
     # @example
     #   trip_circuit_breaker("orders")
@@ -75,12 +77,13 @@ class CircuitBreaker
       CircuitBreaker.const_get(:Registry).move_shared_apart(suffix, old_default)
     end
 
-    # Makes ActiveSupport's `travel`/`travel_to` (Rails' time helpers) and
-    # Timecop's `travel`/`freeze` move breakers too, by as far as they move
-    # `Time.now` forward. Breakers' time never moves back: `travel_back` and
-    # `Timecop.return` leave them where they are (docs/testing.md). Called
-    # by the RSpec and Minitest support; follows each library that is
-    # loaded, once.
+    # Makes ActiveSupport's time helpers (`travel`, `travel_to`,
+    # `freeze_time`, `travel_back`, Rails' `ActiveSupport::Testing::TimeHelpers`)
+    # and Timecop's (`travel`, `freeze`, `scale`, `return`) move breakers
+    # too: after each move of `Time.now`, breakers are as far ahead of the
+    # real time as it is, and with it back they see the real time again
+    # (docs/testing.md). Called by the RSpec and Minitest support; follows
+    # each library that is loaded, once.
     # @api private
     def self.follow_active_support_travel
       if defined?(::ActiveSupport::Testing::TimeHelpers) && !(::ActiveSupport::Testing::TimeHelpers <= FollowTravel)
@@ -89,34 +92,71 @@ class CircuitBreaker
       ::Timecop.singleton_class.prepend(FollowTimecop) if defined?(::Timecop) && !(::Timecop.singleton_class <= FollowTimecop)
     end
 
-    # Moves breakers as far forward as `Time.now` moved since `before`.
+    # Sets how far breakers are ahead of the real time: as far as `at` (the
+    # test's time: `Time.now`) is, plus what `advance_circuit_breakers`
+    # added in this test, unless `new_test` (each test starts afresh). The
+    # offset is set, never added to: it never grows past the furthest time
+    # one test travels to (docs/testing.md).
     # @api private
-    def self.follow_time(before)
-      ahead = Time.now - before
-      CircuitBreaker.__send__(:__travel, ahead) if ahead.positive?
+    def self.follow_time(at = Time.now, new_test: false)
+      ahead = at.to_f - Process.clock_gettime(Process::CLOCK_REALTIME)
+      CircuitBreaker.__send__(:__follow_time, ahead, new_test)
     end
 
+    # ActiveSupport's time helpers, followed. `travel` and `freeze_time`
+    # call `travel_to`; a block's end puts back the time before it
+    # (`travel_back` on Rails 6.1, the outer travel on Rails 7.1+), which is
+    # followed once the block is over.
     # @api private
     module FollowTravel
-      def travel_to(date_or_time, *rest, **options, &block)
-        ahead = date_or_time.to_time - Time.now
-        CircuitBreaker.__send__(:__travel, ahead) if ahead.positive?
-        super
+      # Breakers follow the time asked for: ActiveSupport drops its
+      # microseconds from `Time.now` (Rails 6.1: its fraction of a second),
+      # and `travel 30.seconds` should pass a 30 s `open_duration`.
+      def travel_to(date_or_time, *rest, **options)
+        at = date_or_time.respond_to?(:to_time) ? date_or_time.to_time : Time.now
+        return super.tap { TestHelpers.follow_time(at) } unless block_given?
+
+        begin
+          super(date_or_time, *rest, **options) do |*args|
+            TestHelpers.follow_time(at)
+            yield(*args)
+          end
+        ensure
+          TestHelpers.follow_time
+        end
+      end
+
+      %i[travel_back unfreeze_time].each do |name|
+        define_method(name) do |&block|
+          return super().tap { TestHelpers.follow_time } unless block
+
+          begin
+            super() do
+              TestHelpers.follow_time
+              block.call
+            end
+          ensure
+            TestHelpers.follow_time
+          end
+        end
       end
     end
 
+    # Timecop, followed; with a block, Timecop moves `Time.now` only around
+    # it: breakers are moved once it has, inside the block, and back after.
     # @api private
     module FollowTimecop
-      %i[travel freeze].each do |name|
-        # With a block, Timecop moves Time.now only around it: breakers are
-        # moved once it has, inside the block.
+      %i[travel freeze scale return unfreeze return_to_baseline].each do |name|
         define_method(name) do |*args, &block|
-          before = Time.now
-          return super(*args).tap { TestHelpers.follow_time(before) } unless block
+          return super(*args).tap { TestHelpers.follow_time } unless block
 
-          super(*args) do |*yielded|
-            TestHelpers.follow_time(before)
-            block.call(*yielded)
+          begin
+            super(*args) do |*yielded|
+              TestHelpers.follow_time
+              block.call(*yielded)
+            end
+          ensure
+            TestHelpers.follow_time
           end
         end
       end

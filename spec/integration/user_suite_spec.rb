@@ -14,8 +14,11 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
   before(:all) { @upstream = CircuitBreaker::Examples::FlakyUpstream.start(stop_after: 600) }
   after(:all) { @upstream&.stop }
 
-  def run_suite(root, *command)
-    env = { "ORDERS_URL" => @upstream.url, "RUBYOPT" => "-I#{File.join(root, 'lib')}" }
+  # As an app's suite runs: in the test environment, where breakers of
+  # CircuitBreaker.for are per process (docs/shared.md, "Host scope").
+  def run_suite(root, *command, env: {})
+    env = { "ORDERS_URL" => @upstream.url, "RUBYOPT" => "-I#{File.join(root, 'lib')}", "RACK_ENV" => "test",
+            **env }
     Open3.capture2e(env, *command, chdir: File.join(root, "spec/fixtures/user_suite")) # its own .rspec-less dir
   end
 
@@ -32,18 +35,37 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
     expect(File.read(File.join(root, "docs/testing.md"))).to include(example)
   end
 
-  it "makes ActiveSupport's travel move breakers too" do
+  # Each of these files fails on a build whose breakers' time only moves
+  # forward: its 300 examples a year ahead stop every breaker's clock.
+  it "makes ActiveSupport's travel, travel_to, freeze_time and travel_back move breakers, both ways, on this Rails" do
     out, status = run_suite(root, "rspec", File.join(suite, "travel_spec.rb"))
 
     expect(status).to be_success, out
-    expect(out).to include("1 example, 0 failures")
+    expect(out).to include("305 examples, 0 failures")
   end
 
-  it "makes Timecop's travel and freeze move breakers too" do
+  it "makes Timecop's travel, freeze and return move breakers, both ways" do
     out, status = run_suite(root, "rspec", File.join(suite, "timecop_spec.rb"))
 
     expect(status).to be_success, out
-    expect(out).to include("2 examples, 0 failures")
+    expect(out).to include("303 examples, 0 failures")
+  end
+
+  it "follows travel in a Rails test case, which travels back after each test" do
+    out, status = run_suite(root, RbConfig.ruby, File.join(suite, "travel_test.rb"))
+
+    expect(status).to be_success, out
+    expect(out).to match(/301 runs, \d+ assertions, 0 failures, 0 errors/)
+  end
+
+  it "never writes a test's time travel into a shared: record another process reads", :shared_memory do
+    Dir.mktmpdir do |dir|
+      out, status = run_suite(root, "rspec", File.join(suite, "shared_travel_spec.rb"),
+                              env: { "CIRCUIT_BREAKER_SHM_DIR" => dir })
+
+      expect(status).to be_success, out
+      expect(out).to include("2 examples, 0 failures")
+    end
   end
 
   it "keeps Rails' parallel workers (forked, no TEST_ENV_NUMBER) apart: their shared: breakers are their own",

@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use circuit_breaker_core::clock::secs_from_nanos;
-use circuit_breaker_core::{Clock, CoarseClock, ManualClock as CoreManualClock, MonotonicClock, Nanos};
+use circuit_breaker_core::{Clock, CoarseClock, HostClock, ManualClock as CoreManualClock, MonotonicClock, Nanos};
 use magnus::{function, method, prelude::*, typed_data::Obj, Error, RClass, Ruby, Value};
 
 use crate::args;
@@ -17,6 +17,9 @@ pub enum ClockSource {
     /// tick is under 1% of its slow-call threshold (4 ms against 800 ms),
     /// since reading it costs a fraction of a precise read.
     Coarse,
+    /// Either, without the test helpers' offset: a `shared:` breaker's
+    /// (docs/testing.md).
+    Host(HostClock),
     Manual(Arc<CoreManualClock>),
 }
 
@@ -26,7 +29,18 @@ impl ClockSource {
         match self {
             ClockSource::Monotonic => MonotonicClock.now(),
             ClockSource::Coarse => CoarseClock.now(),
+            ClockSource::Host(c) => c.now(),
             ClockSource::Manual(c) => c.now(),
+        }
+    }
+
+    /// The same clock, unmoved by the test helpers' offset: for a record
+    /// other processes read, which a test's time travel never reaches.
+    pub fn untravelled(self) -> Self {
+        match self {
+            ClockSource::Monotonic => ClockSource::Host(HostClock { coarse: false }),
+            ClockSource::Coarse => ClockSource::Host(HostClock { coarse: true }),
+            other => other,
         }
     }
 
@@ -36,6 +50,9 @@ impl ClockSource {
         match (self, other) {
             (ClockSource::Manual(a), ClockSource::Manual(b)) => Arc::ptr_eq(a, b),
             (ClockSource::Manual(_), _) | (_, ClockSource::Manual(_)) => false,
+            // The host clock is the others without the test helpers' offset.
+            (ClockSource::Host(_), ClockSource::Host(_)) => true,
+            (ClockSource::Host(_), _) | (_, ClockSource::Host(_)) => false,
             _ => true,
         }
     }
@@ -102,12 +119,22 @@ impl ManualClock {
 
 /// `CircuitBreaker.__travel(seconds)` (private; the test helpers'
 /// `advance_circuit_breakers`, lib/circuit_breaker/test_helpers.rb): moves
-/// the process's system clocks forward. Returns the total travelled.
+/// the process's system clocks `seconds` further forward. Returns the
+/// offset.
 fn travel(ruby: &Ruby, seconds: Value) -> Result<f64, Error> {
     let secs = args::float(ruby, "seconds", seconds)?;
     let total =
-        circuit_breaker_core::clock::travel_secs(secs).map_err(|e| config_error_given(ruby, e, |_| Some(seconds)))?;
+        circuit_breaker_core::clock::advance_secs(secs).map_err(|e| config_error_given(ruby, e, |_| Some(seconds)))?;
     Ok(secs_from_nanos(total))
+}
+
+/// `CircuitBreaker.__follow_time(ahead, new_test)` (private; the test
+/// helpers, after each move of `Time.now`): the process's system clocks
+/// are `ahead` seconds ahead of the real time, plus what `__travel` added
+/// unless a test starts. Returns the offset.
+fn follow_time(ruby: &Ruby, ahead: Value, new_test: bool) -> Result<f64, Error> {
+    let ahead = args::float(ruby, "ahead", ahead)?;
+    Ok(secs_from_nanos(circuit_breaker_core::clock::follow_secs(ahead, new_test)))
 }
 
 pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
@@ -116,6 +143,7 @@ pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
     // whichever call or thread reads the clock first.
     MonotonicClock.now();
     namespace.singleton_class()?.define_private_method("__travel", function!(travel, 1))?;
+    namespace.singleton_class()?.define_private_method("__follow_time", function!(follow_time, 2))?;
     let class = namespace.define_class("ManualClock", ruby.class_object())?;
     class.define_alloc_func::<ManualClock>();
     class.define_private_method("__setup", method!(ManualClock::setup, 1))?;

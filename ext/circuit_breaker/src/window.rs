@@ -250,9 +250,11 @@ impl Shared {
     fn wait(&self) -> Result<<Place as CoreStore>::Guard<'_>, Blocked> {
         let store = &self.store;
         let wait = if self.stuck.load(Ordering::Relaxed) { STUCK_WAIT } else { self.wait.load(Ordering::Relaxed) };
-        let deadline = ClockSource::Monotonic.now().saturating_add(wait);
+        // The host's clock: a test's time travel never lengthens a wait.
+        let clock = ClockSource::Monotonic.untravelled();
+        let deadline = clock.now().saturating_add(wait);
         loop {
-            let left = deadline.saturating_sub(ClockSource::Monotonic.now());
+            let left = deadline.saturating_sub(clock.now());
             let stop = AtomicBool::new(false);
             let freed = crate::cruby::without_gvl(|| store.lock_within(left, &stop).map(|g| g.is_some()), &stop);
             match freed {

@@ -4,12 +4,20 @@
 //! [`Nanos`], read once by the caller. This file only provides the two
 //! sources callers use: the system-wide monotonic clock (the same in every
 //! process of a host, which shared state relies on) and a manual clock for
-//! tests. Both are cheap enough for the hot path and never go backwards.
-//! A process-wide offset, moved only forward by [`travel`], is added to the
-//! two system clocks so that a test suite can move every breaker's time at
-//! once (docs/testing.md); unused, it costs one relaxed load per reading.
+//! tests. Both are cheap enough for the hot path and never go backwards
+//! on their own.
+//!
+//! A process-wide offset, set by the test helpers ([`advance_secs`],
+//! [`follow_secs`]), is added to the two system clocks so that a test suite
+//! can move every breaker of the process at once (docs/testing.md); unused,
+//! it costs one relaxed load per reading. It can move back (a test's
+//! `travel_back`), so a record may hold times ahead of `now`: the state
+//! machine and the time window clamp them at their next step
+//! (state.rs, window.rs). Records other processes read (`shared:`) use
+//! [`HostClock`], which the offset never moves.
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// A point in time or a duration, in nanoseconds. Arithmetic on it saturates.
 pub type Nanos = i64;
@@ -37,37 +45,82 @@ pub fn secs_from_nanos(nanos: Nanos) -> f64 {
     nanos as f64 / NANOS_PER_SEC
 }
 
-/// How far [`travel`] has moved this process's [`MonotonicClock`] and
-/// [`CoarseClock`] forward. It only grows, so both still never go backwards.
+/// The most the offset moves the clocks: half of what a reading holds
+/// (about 146 years), so that a reading (the time since boot plus the
+/// offset) never saturates and no clock stops.
+pub const MAX_TRAVEL: Nanos = i64::MAX / 2;
+
+/// The offset's two parts: what `advance_circuit_breakers` added since the
+/// last [`follow_secs`] that started a test, and how far the test's
+/// `Time.now` is ahead of the real time (its time helpers: ActiveSupport's,
+/// Timecop). Written under this lock, rarely; clocks read the sum in
+/// [`TRAVELLED`].
+struct Travel {
+    advanced: Nanos,
+    ahead: Nanos,
+}
+
+static TRAVEL: Mutex<Travel> = Mutex::new(Travel { advanced: 0, ahead: 0 });
+
+/// How far the offset moves [`MonotonicClock`] and [`CoarseClock`]
+/// forward: the parts' sum, within [`MAX_TRAVEL`].
 static TRAVELLED: AtomicI64 = AtomicI64::new(0);
 
-/// Moves this process's system clocks forward by `by` (negative values are
-/// ignored), saturating at the end of the range. Process-local: other
-/// processes, shared breakers included, keep the real time.
-pub fn travel(by: Nanos) {
-    let by = by.max(0);
-    // fetch_update with a closure that always returns Some cannot fail.
-    let _ = TRAVELLED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| Some(t.saturating_add(by)));
+/// Changes the parts under the lock and publishes their sum.
+fn set_travel(f: impl FnOnce(&mut Travel)) -> Nanos {
+    // Nothing panics under this lock; a poisoned one holds valid numbers.
+    let mut t = TRAVEL.lock().unwrap_or_else(PoisonError::into_inner);
+    f(&mut t);
+    let total = t.advanced.saturating_add(t.ahead).min(MAX_TRAVEL);
+    TRAVELLED.store(total, Ordering::Relaxed);
+    total
 }
 
-/// [`travel`] by `secs` seconds, checked: a finite number >= 0 (the test
-/// helpers' `advance_circuit_breakers`). Returns the total travelled.
-pub fn travel_secs(secs: f64) -> Result<Nanos, crate::check::ConfigError> {
-    let by = checked_nanos_from_secs(secs)
-        .filter(|_| secs >= 0.0)
-        .ok_or_else(|| crate::check::out_of_range("seconds", "a finite Numeric >= 0, within about 292 years", secs))?;
-    travel(by);
-    Ok(travelled())
+/// Moves this process's system clocks forward by `secs` more (the test
+/// helpers' `advance_circuit_breakers`): finite, >= 0, and the offset stays
+/// within [`MAX_TRAVEL`] (an error otherwise, never a clock that stops).
+/// Returns the offset.
+pub fn advance_secs(secs: f64) -> Result<Nanos, crate::check::ConfigError> {
+    const RANGE: &str = "a finite Numeric >= 0, keeping the breakers' clock within about 146 years of the real time";
+    let by = checked_nanos_from_secs(secs).filter(|_| secs >= 0.0);
+    let mut fits = false;
+    let total = set_travel(|t| {
+        if let Some(advanced) = by.and_then(|by| t.advanced.checked_add(by)) {
+            if advanced.saturating_add(t.ahead) <= MAX_TRAVEL {
+                t.advanced = advanced;
+                fits = true;
+            }
+        }
+    });
+    fits.then_some(total).ok_or_else(|| crate::check::out_of_range("seconds", RANGE, secs))
 }
 
-/// The total [`travel`]led so far (0 unless a test suite moved time).
+/// Sets how far the test's `Time.now` is `ahead_secs` ahead of the real
+/// time (the time helpers, after each move of `Time.now`; 0 or less: not
+/// ahead, and so is NaN), as far as [`MAX_TRAVEL`]. `new_test` also drops
+/// what [`advance_secs`] added: each test starts at the real time (or
+/// where its `Time.now` is). The offset is set, never added to, so it
+/// never grows past the furthest `Time.now` of one test. Returns it.
+pub fn follow_secs(ahead_secs: f64, new_test: bool) -> Nanos {
+    // NaN and negatives become 0; the cast saturates.
+    let ahead = nanos_from_secs(ahead_secs.max(0.0)).clamp(0, MAX_TRAVEL);
+    set_travel(|t| {
+        t.ahead = ahead;
+        if new_test {
+            t.advanced = 0;
+        }
+    })
+}
+
+/// The offset (0 unless a test suite moved time).
 pub fn travelled() -> Nanos {
     TRAVELLED.load(Ordering::Relaxed)
 }
 
 /// A source of `now`.
 pub trait Clock {
-    /// The current time; never smaller than a previous reading.
+    /// The current time; never smaller than a previous reading, but for
+    /// the test helpers' offset moving back.
     fn now(&self) -> Nanos;
 }
 
@@ -102,6 +155,25 @@ impl CoarseClock {
 impl Clock for CoarseClock {
     fn now(&self) -> Nanos {
         sys::coarse().saturating_add(travelled())
+    }
+}
+
+/// The system's monotonic clock (`coarse`: at tick resolution, as
+/// [`CoarseClock`]) without the test helpers' offset: the clock of a record
+/// other processes read (`shared:`), so that a test's time travel is never
+/// written where they see it (docs/testing.md).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostClock {
+    pub coarse: bool,
+}
+
+impl Clock for HostClock {
+    fn now(&self) -> Nanos {
+        if self.coarse {
+            sys::coarse()
+        } else {
+            sys::monotonic()
+        }
     }
 }
 
@@ -301,7 +373,8 @@ mod tests {
     #[cfg(all(target_os = "linux", not(feature = "portable")))]
     fn the_coarse_clock_keeps_up_with_the_monotonic_one() {
         let res = CoarseClock::resolution().expect("Linux has CLOCK_MONOTONIC_COARSE");
-        // Without a travel (by the test below, in another thread) in between.
+        // Without a move of the offset (by the tests below, in other threads)
+        // in between.
         let (fine, coarse) = loop {
             let before = travelled();
             let pair = (MonotonicClock.now(), CoarseClock.now());
@@ -339,18 +412,59 @@ mod tests {
         assert!(before <= coarse && coarse <= after, "{before} {coarse} {after}");
     }
 
+    /// The offset is process-wide: the tests that move it take turns.
+    static TRAVELLING: Mutex<()> = Mutex::new(());
+
     #[test]
-    fn travel_moves_both_system_clocks_forward_and_never_back() {
+    fn the_offset_moves_both_system_clocks_and_not_the_host_clock() {
+        let _turn = TRAVELLING.lock().unwrap_or_else(PoisonError::into_inner);
         let (fine, coarse) = (MonotonicClock.now(), CoarseClock.now());
-        travel(3_600_000_000_000); // an hour
-        travel(-7_200_000_000_000); // ignored
+        assert_eq!(advance_secs(3600.0), Ok(3_600_000_000_000));
         assert!(MonotonicClock.now() >= fine + 3_600_000_000_000);
         assert!(CoarseClock.now() >= coarse + 3_600_000_000_000);
-        assert!(travelled() >= 3_600_000_000_000);
+        assert!(HostClock { coarse: false }.now() < fine + 3_600_000_000_000);
+        assert!(HostClock { coarse: true }.now() < coarse + 3_600_000_000_000);
+        assert_eq!(follow_secs(0.0, true), 0);
+        assert!(MonotonicClock.now() < fine + 3_600_000_000_000, "a new test starts at the real time");
+    }
+
+    #[test]
+    fn the_offset_follows_time_now_and_its_parts_add_up() {
+        let _turn = TRAVELLING.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(follow_secs(86_400.0, true), 86_400_000_000_000);
+        assert_eq!(advance_secs(31.0), Ok(86_431_000_000_000));
+        // travel_back: Time.now is real again; the advance stays.
+        assert_eq!(follow_secs(0.0, false), 31_000_000_000);
+        assert_eq!(follow_secs(-5.0, false), 31_000_000_000, "Time.now behind the real time: not ahead");
+        assert_eq!(follow_secs(f64::NAN, false), 31_000_000_000);
+        assert_eq!(follow_secs(0.0, true), 0);
+    }
+
+    #[test]
+    fn three_hundred_tests_a_year_ahead_never_stop_a_clock() {
+        let _turn = TRAVELLING.lock().unwrap_or_else(PoisonError::into_inner);
+        const YEAR: f64 = 365.0 * 86_400.0;
+        for _ in 0..300 {
+            // travel_to 1.year.from_now, with and without travel_back.
+            assert_eq!(follow_secs(YEAR, true), nanos_from_secs(YEAR));
+            assert_eq!(advance_secs(YEAR), Ok(nanos_from_secs(2.0 * YEAR)));
+        }
+        let before = MonotonicClock.now();
+        assert!(before < nanos_from_secs(3.0 * YEAR), "two years ahead, not hundreds: {before}");
+        // Past the limit: an error for an explicit advance, the limit for a
+        // Time.now that far ahead.
+        assert_eq!(advance_secs(200.0 * YEAR).unwrap_err().name, "seconds");
+        assert_eq!(travelled(), nanos_from_secs(2.0 * YEAR), "a refused advance changes nothing");
+        assert!(advance_secs(-1.0).is_err() && advance_secs(f64::INFINITY).is_err());
+        assert_eq!(follow_secs(1e12, true), MAX_TRAVEL);
+        assert!(MonotonicClock.now() < i64::MAX && MonotonicClock.now() > MAX_TRAVEL);
+        assert_eq!(follow_secs(0.0, true), 0);
     }
 
     #[test]
     fn monotonic_clock_never_goes_backwards() {
+        // Unless the offset moves back.
+        let _turn = TRAVELLING.lock().unwrap_or_else(PoisonError::into_inner);
         let clock = MonotonicClock;
         let mut last = clock.now();
         for _ in 0..1000 {

@@ -25,7 +25,7 @@ pub mod store;
 pub mod wake;
 pub mod window;
 
-pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Nanos};
+pub use clock::{Clock, CoarseClock, HostClock, ManualClock, MonotonicClock, Nanos};
 pub use config::{Config, ConfigError, Options, ProbeTimeout};
 pub use counters::Counters;
 pub use place::Place;

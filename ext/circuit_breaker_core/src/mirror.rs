@@ -208,6 +208,14 @@ impl HostSide {
         self.alone = Maybe::none();
     }
 
+    /// This host's own opening counts from `now` at the latest (the clock
+    /// went back: `Breaker::clamp_ahead`, state.rs).
+    pub(crate) fn clamp_ahead(&mut self, now: Nanos) {
+        if let Some(alone) = self.alone.get().filter(|a| a.at > now) {
+            self.alone = Some(Alone { at: now, ..alone }).into();
+        }
+    }
+
     /// The host opened on its own window with `counts`.
     pub(crate) fn opened_alone(&mut self, counts: Counts, reason: Reason, at: Nanos, generation: u64) {
         if self.attached {

@@ -184,6 +184,16 @@ impl Stage {
         }
     }
 
+    /// Moves the stage's times that are later than `now` to `now` (the
+    /// clock went back: `Breaker::clamp_ahead`, state.rs).
+    pub fn clamp_ahead(&mut self, now: Nanos) {
+        self.entered_at = self.entered_at.min(now);
+        self.started_at = self.started_at.min(now);
+        for c in &mut self.cohorts {
+            c.admitted_at = c.admitted_at.min(now);
+        }
+    }
+
     /// Probes currently running.
     pub fn in_flight(&self) -> u32 {
         self.in_flight

@@ -537,6 +537,7 @@ impl Breaker {
         now: Nanos,
         out: &mut Transitions,
     ) {
+        self.clamp_ahead(now);
         match self.phase {
             Phase::Open { opened_at, open_for } if now >= opened_at.saturating_add(open_for) => {
                 self.enter(State::HalfOpen, Reason::CoolDownElapsed, w, cfg, now, out);
@@ -555,6 +556,25 @@ impl Breaker {
                     self.enter(State::Open, Reason::HalfOpenTimeout, w, cfg, now, out);
                 }
             }
+            _ => {}
+        }
+    }
+
+    /// Moves each time a timer counts from, when it is later than `now`, to
+    /// `now`: no deadline then lies further ahead than its own length
+    /// (`open_for`, `half_open_timeout`, `probe_timeout`,
+    /// `min_stage_duration`). The clock goes back when a test's time
+    /// helpers move it back (`travel_back`, docs/testing.md): a breaker
+    /// opened a year ahead is then open for `open_for` from now, not for a
+    /// year. A step whose `now` was read just before another thread's step
+    /// moves a start back by that little.
+    fn clamp_ahead(&mut self, now: Nanos) {
+        match &mut self.phase {
+            Phase::Open { opened_at, .. } => {
+                *opened_at = (*opened_at).min(now);
+                self.fleet.clamp_ahead(now);
+            }
+            Phase::HalfOpen(stage) => stage.clamp_ahead(now),
             _ => {}
         }
     }

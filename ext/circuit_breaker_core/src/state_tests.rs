@@ -1777,3 +1777,78 @@ fn the_default_streak_rarely_trips_on_a_steady_twenty_percent_of_errors() {
     assert!(trips_at_error_rate(Some(5), 0.2, 600_000) > 50, "a streak of 5 would trip all the time");
     assert_eq!(trips_at_error_rate(None, 0.2, 600_000), 0, "the window's 50 % is never reached");
 }
+
+// ---------------------------------------------------------------------------
+// The clock going back (a test's travel_back, docs/testing.md): a time a
+// timer counts from that lies ahead of now is clamped to now at the next
+// step, so no deadline is further ahead than its own length.
+
+const YEAR: Nanos = 365 * 86_400 * SEC;
+
+#[test]
+fn a_breaker_opened_a_year_ahead_is_open_for_open_duration_from_now_after_travel_back() {
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 30.0;
+    });
+    r.open_by_errors(YEAR);
+    // Back to the real time, 0: open, but for 30 s, not for a year.
+    assert_eq!(r.rejection(0).retry_after, Some(30 * SEC));
+    assert_eq!(r.metrics(10 * SEC).retry_after, Some(20 * SEC));
+    assert_eq!(changes(&r.tick(30 * SEC)), [(Open, HalfOpen, CoolDownElapsed)]);
+}
+
+#[test]
+fn half_open_timers_started_ahead_count_from_now_after_travel_back() {
+    let rig = |probe_timeout| {
+        Rig::new(100, move |o| {
+            o.min_calls = 1;
+            o.open_duration = 10.0;
+            o.half_open_calls = 2;
+            o.half_open_timeout = Some(5.0);
+            o.probe_timeout = probe_timeout;
+        })
+    };
+    // A probe admitted a year ahead times out 2 s after the clock came back.
+    let mut r = rig(ProbeTimeout::Seconds(2.0));
+    let half = r.half_open(YEAR);
+    let hung = r.permit(half);
+    assert!(r.tick(0).is_empty());
+    assert!(r.tick(2 * SEC - 1).is_empty());
+    assert_eq!(changes(&r.tick(2 * SEC)), [(HalfOpen, Open, ProbeTimeout)]);
+    assert!(r.complete(hung, OK, 2 * SEC).is_empty(), "a timed-out probe settles nothing");
+    // A round begun a year ahead times out 5 s after.
+    let mut r = rig(ProbeTimeout::Never);
+    r.half_open(YEAR);
+    assert_eq!(r.state(0), HalfOpen);
+    assert_eq!(r.state(5 * SEC - 1), HalfOpen);
+    assert_eq!(changes(&r.tick(5 * SEC)), [(HalfOpen, Open, HalfOpenTimeout)]);
+}
+
+#[test]
+fn a_time_window_a_year_ahead_counts_again_at_once_after_travel_back() {
+    let mut r = Rig::with_window(Window::Time(TimeWindow::new(10.0, 10, 800.0).unwrap()), |o| {
+        o.min_calls = 3;
+    });
+    r.call(OK, YEAR);
+    r.call(OK, YEAR);
+    // Back at 0: the calls of a year ahead no longer count, and new ones do.
+    assert_eq!(r.counts(0).total, 0);
+    r.call(FAIL, 0);
+    r.call(FAIL, SEC);
+    let t = r.call(FAIL, 2 * SEC);
+    assert_eq!(changes(&t), [(Closed, Open, ErrorRate)]);
+}
+
+#[test]
+fn a_step_a_little_behind_another_moves_nothing_that_matters() {
+    // A thread that read the clock just before another thread's step.
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 30.0;
+    });
+    r.open_by_errors(10 * SEC);
+    assert_eq!(r.rejection(10 * SEC - MS).retry_after, Some(30 * SEC));
+    assert_eq!(r.state(40 * SEC - MS - 1), Open);
+    assert_eq!(r.state(40 * SEC - MS), HalfOpen);
+}

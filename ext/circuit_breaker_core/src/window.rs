@@ -241,16 +241,30 @@ impl<B: Buckets> TimeWindow<B> {
     }
 
     /// Expires the buckets that `now` has left behind: at most all of them.
+    /// A `now` a little behind the newest bucket (a thread that read the
+    /// clock, then lost the race to record) changes nothing. A window that
+    /// lies a whole span ahead of `now` (the clock went back, as a test's
+    /// `travel_back` moves it, docs/testing.md) is emptied and starts at
+    /// `now`: its deadline, the expiry of its newest bucket, is then never
+    /// further ahead than its span, and calls count again at once instead
+    /// of after the clock caught up.
     fn advance(&mut self, now: Nanos) {
         let epoch = now.div_euclid(self.width);
+        if epoch == self.newest {
+            return;
+        }
         if self.newest == i64::MIN {
             self.newest = epoch;
             return;
         }
-        if epoch <= self.newest {
+        let n = self.buckets.as_ref().len() as i64;
+        if epoch < self.newest {
+            if epoch <= self.newest.saturating_sub(n) {
+                self.reset();
+                self.newest = epoch;
+            }
             return;
         }
-        let n = self.buckets.as_ref().len() as i64;
         let steps = epoch.saturating_sub(self.newest).min(n);
         let oldest_kept = epoch.saturating_sub(n - 1);
         for k in 1..=steps {
@@ -270,11 +284,6 @@ impl<B: Buckets> TimeWindow<B> {
         self.advance(now);
         let epoch = now.div_euclid(self.width);
         let n = self.buckets.as_ref().len() as i64;
-        // A call that finished before the window's start no longer counts
-        // (a thread that read the clock, then lost the race to record).
-        if epoch <= self.newest.saturating_sub(n) {
-            return;
-        }
         let bucket = &mut self.buckets.as_mut()[epoch.rem_euclid(n) as usize];
         if bucket.epoch != epoch {
             // Already expired by `advance`, so its counts are zero.
@@ -585,11 +594,25 @@ mod tests {
     }
 
     #[test]
-    fn a_late_record_older_than_the_window_is_dropped() {
+    fn a_window_a_whole_span_ahead_of_now_starts_again_at_now() {
+        // The clock went back (a test's travel_back): the calls recorded
+        // ahead are dropped and the window counts from now, at once.
         let mut w = time(1.0, 2);
         w.record(0.0e6, false, 10 * SEC);
         w.record(0.0e6, false, 2 * SEC);
-        assert_eq!(w.counts(10 * SEC).total, 1);
+        assert_eq!(w.counts(2 * SEC), Counts { total: 1, failures: 1, slow_calls: 0 });
+        w.record(0.0e6, false, 2 * SEC + SEC / 2);
+        assert_eq!(w.counts(2 * SEC + SEC / 2).failures, 2);
+        // A read a span behind does too: a year ahead, then back.
+        let mut w = time(60.0, 6);
+        w.record(0.0e6, false, 365 * 86_400 * SEC);
+        assert_eq!(w.counts(30 * SEC).total, 0);
+        w.record(0.0e6, false, 31 * SEC);
+        assert_eq!(w.counts(40 * SEC).total, 1);
+        // Less than a span back, the window keeps its calls until they expire.
+        w.record(0.0e6, false, 80 * SEC);
+        assert_eq!(w.counts(60 * SEC).total, 2);
+        assert_eq!(w.counts(160 * SEC).total, 0);
     }
 
     #[test]
