@@ -65,32 +65,11 @@ class CircuitBreaker
         ->(e) { defined?(::Mysql2::Error) && e.is_a?(::Mysql2::Error) && ActiveRecord.mysql_failure?(e) }
       ].freeze
 
+      # One breaker per database: max_breakers, max_breakers= and clear!.
       @breakers = BreakerSet.new("active_record")
-      @generation = 0
+      extend OwnBreakers
 
       class << self
-        # @return [Integer] how many per-database breakers may be created
-        #   (default 100); later ones share "active_record:overflow"
-        def max_breakers
-          @breakers.max
-        end
-
-        # @param max [Integer] 1..1_000_000
-        def max_breakers=(max)
-          @breakers.max = max
-        end
-
-        # Forgets the breakers made for databases (for test suites).
-        # @return [nil]
-        def clear!
-          @generation += 1
-          @breakers.clear
-          nil
-        end
-
-        # @api private
-        attr_reader :generation
-
         # The [breaker, failure_errors] of a database configuration, or nil.
         # @api private
         def entry(config)

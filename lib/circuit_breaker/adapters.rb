@@ -170,6 +170,36 @@ class CircuitBreaker
       list.freeze
     end
 
+    # The class methods of an adapter that creates breakers by itself, over
+    # its {BreakerSet} in `@breakers`: each such adapter extends it.
+    module OwnBreakers
+      # @return [Integer] how many keyed breakers the adapter may create
+      #   (default 100); later keys share "<adapter>:overflow"
+      def max_breakers
+        @breakers.max
+      end
+
+      # @param max [Integer] 1..1_000_000
+      def max_breakers=(max)
+        @breakers.max = max
+      end
+
+      # Forgets the breakers the adapter created (for test suites; the
+      # registry keeps them until `CircuitBreaker.forget_all!`). Clients
+      # find theirs again at their next call.
+      # @return [nil]
+      def clear!
+        @breakers.clear
+        nil
+      end
+
+      # Moves on at each {clear!}.
+      # @api private
+      def generation
+        @breakers.generation
+      end
+    end
+
     # The breakers one adapter creates, keyed ("host:port", a socket path,
     # a database), at most `max` of them; past it, one overflow breaker.
     # Names are "<adapter>:<key>" and "<adapter>:overflow"; they are
@@ -179,12 +209,15 @@ class CircuitBreaker
     #
     # @api private
     class BreakerSet
-      attr_reader :max
+      # @return [Integer] moves on at each {clear}: clients that memoised a
+      #   breaker of the set look it up again
+      attr_reader :max, :generation
 
       def initialize(prefix)
         @prefix = prefix
         @max = DEFAULT_MAX_BREAKERS
         @lock = Mutex.new
+        @generation = 0
         clear
       end
 
@@ -203,6 +236,7 @@ class CircuitBreaker
         @lock.synchronize do
           @breakers = {}
           @overflow = nil
+          @generation += 1
         end
       end
 

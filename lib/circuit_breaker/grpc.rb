@@ -26,28 +26,12 @@ class CircuitBreaker
       # (too slow) and RESOURCE_EXHAUSTED (overloaded, rate limited).
       DEFAULT_FAILURE_ERRORS = [::Timeout::Error, ::GRPC::Unavailable, ::GRPC::DeadlineExceeded, ::GRPC::ResourceExhausted].freeze
 
+      # One breaker per target: max_breakers, max_breakers= and clear!
+      # (interceptors built before keep theirs).
       @breakers = BreakerSet.new("grpc")
+      extend OwnBreakers
 
       class << self
-        # @return [Integer] how many per-target breakers may be created
-        #   (default 100); later targets share "grpc:overflow"
-        def max_breakers
-          @breakers.max
-        end
-
-        # @param max [Integer] 1..1_000_000
-        def max_breakers=(max)
-          @breakers.max = max
-        end
-
-        # Forgets the per-target breakers (for test suites); interceptors
-        # built before keep theirs.
-        # @return [nil]
-        def clear!
-          @breakers.clear
-          nil
-        end
-
         # @api private
         def breaker_for(target, options)
           @breakers.fetch(target, options)

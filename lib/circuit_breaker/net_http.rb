@@ -74,7 +74,10 @@ class CircuitBreaker
         end
       end
 
+      # One breaker per host:port: max_breakers, max_breakers= and clear!
+      # (which here forgets every protect too).
       @breakers = BreakerSet.new("net_http")
+      extend OwnBreakers
       @rules = [].freeze
       @generation = 0
       @lock = Mutex.new
@@ -128,19 +131,7 @@ class CircuitBreaker
             @rules = [].freeze
             @generation += 1
           end
-          @breakers.clear
-          nil
-        end
-
-        # @return [Integer] how many per-host:port breakers may be created
-        #   (default 100); later hosts share "net_http:overflow"
-        def max_breakers
-          @breakers.max
-        end
-
-        # @param max [Integer] 1..1_000_000
-        def max_breakers=(max)
-          @breakers.max = max
+          super
         end
 
         # The rule and breaker of a host, or nil when it is not protected.
@@ -158,6 +149,8 @@ class CircuitBreaker
           [rule, breaker].freeze
         end
 
+        # Moves on at each {protect} and {clear!} (rather than at each
+        # clear! alone, as other adapters' generation does).
         # @api private
         attr_reader :generation
 

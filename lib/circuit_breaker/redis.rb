@@ -46,34 +46,11 @@ class CircuitBreaker
       # @api private
       Entry = Struct.new(:breaker, :failure_errors)
 
+      # One breaker per server: max_breakers, max_breakers= and clear!.
       @breakers = BreakerSet.new("redis")
-      @generation = 0
+      extend OwnBreakers
 
       class << self
-        # @return [Integer] how many per-server breakers may be created
-        #   (default 100); later servers share "redis:overflow"
-        def max_breakers
-          @breakers.max
-        end
-
-        # @param max [Integer] 1..1_000_000
-        def max_breakers=(max)
-          @breakers.max = max
-        end
-
-        # Forgets the breakers made for clients (for test suites; the
-        # registry keeps them until `CircuitBreaker.forget_all!`). Clients
-        # find theirs again at their next command.
-        # @return [nil]
-        def clear!
-          @generation += 1
-          @breakers.clear
-          nil
-        end
-
-        # @api private
-        attr_reader :generation
-
         # The entry of a client's `circuit_breaker` setting, or nil.
         # @api private
         def entry(setting, location)
@@ -279,11 +256,11 @@ class CircuitBreaker
           # @api private
           def config_entry(config)
             memo = @config_entries[config]
-            return memo[1] if memo && memo[0] == @generation
+            return memo[1] if memo && memo[0] == generation
 
             setting = config.custom.is_a?(Hash) ? config.custom[:circuit_breaker] : nil
             entry = setting.nil? ? nil : entry(setting, config.path || "#{config.host}:#{config.port}")
-            @config_entries[config] = [@generation, entry].freeze
+            @config_entries[config] = [generation, entry].freeze
             entry
           end
 
