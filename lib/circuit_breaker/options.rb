@@ -93,7 +93,7 @@ class CircuitBreaker
               half_open_timeout: half_open_timeout, probe_timeout: probe_timeout,
               min_stage_duration: min_stage_duration, backoff: backoff, max_open_duration: max_open_duration,
               jitter: jitter, fleet_quorum: fleet_quorum, name: name, clock: clock, shared: shared,
-              namespace: namespace, consecutive_failures: consecutive_failures
+              namespace: namespace, consecutive_failures: consecutive_failures, fleet: !fleet.nil?
             })
     @logger = logger
     @open_duration = open_duration.to_f # validated by __setup

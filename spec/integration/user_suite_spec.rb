@@ -58,14 +58,19 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
     expect(out).to match(/301 runs, \d+ assertions, 0 failures, 0 errors/)
   end
 
-  it "never writes a test's time travel into a shared: record another process reads", :shared_memory do
+  it "never writes a test's time travel into a shared: record another process reads, or to a fleet",
+     :shared_memory do
+    skip "redis-server is not installed (bin/test installs it)" unless RedisServer.available?
+    redis = RedisServer.start
     Dir.mktmpdir do |dir|
       out, status = run_suite(root, "rspec", File.join(suite, "shared_travel_spec.rb"),
-                              env: { "CIRCUIT_BREAKER_SHM_DIR" => dir })
+                              env: { "CIRCUIT_BREAKER_SHM_DIR" => dir, "REDIS_URL" => redis.url })
 
       expect(status).to be_success, out
-      expect(out).to include("2 examples, 0 failures")
+      expect(out).to include("3 examples, 0 failures")
     end
+  ensure
+    redis&.stop
   end
 
   it "keeps Rails' parallel workers (forked, no TEST_ENV_NUMBER) apart: their shared: breakers are their own",

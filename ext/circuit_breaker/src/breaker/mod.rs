@@ -234,9 +234,10 @@ impl Breaker {
         let clock = clock
             .or_else(|| template.own_clock().cloned())
             .unwrap_or_else(|| ClockSource::monotonic_for(template.slow_threshold_ms()));
-        // A shared: record never holds a test's time travel: other
-        // processes read it (docs/testing.md).
-        let clock = if shared_key.is_some() { clock.untravelled() } else { clock };
+        // A record other processes read (shared:, or mirrored to a fleet:)
+        // never holds a test's time travel (docs/testing.md).
+        let fleet = g("fleet")?.to_bool();
+        let clock = if shared_key.is_some() || fleet { clock.untravelled() } else { clock };
         let (shared, window) = match shared_key {
             Some(key) => Self::mapped(ruby, &template, namespace, key, &clock, &cfg)?,
             None => Self::own(ruby, template, window, &clock)?,
