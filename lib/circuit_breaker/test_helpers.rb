@@ -13,8 +13,8 @@ class CircuitBreaker
     # whenever they were created. An open breaker whose `open_duration` has
     # passed is then half-open. It lasts until the end of the test: the
     # next one starts at the real time again (docs/testing.md). Breakers on
-    # a ManualClock follow their clock instead, and `shared:` breakers keep
-    # the real time (other processes read them).
+    # a ManualClock follow their clock instead, and `shared:` and `fleet:`
+    # breakers keep the real time (other processes and hosts read them).
     #
     # @example
     #   trip_circuit_breaker("orders")
@@ -111,7 +111,7 @@ class CircuitBreaker
     module FollowTravel
       # Breakers follow the time asked for: ActiveSupport drops its
       # microseconds from `Time.now` (Rails 6.1: its fraction of a second),
-      # and `travel 30.seconds` should pass a 30 s `open_duration`.
+      # which would leave breakers up to a second short of the travel.
       def travel_to(date_or_time, *rest, **options)
         at = date_or_time.respond_to?(:to_time) ? date_or_time.to_time : Time.now
         return super.tap { TestHelpers.follow_time(at) } unless block_given?
