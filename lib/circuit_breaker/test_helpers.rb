@@ -99,7 +99,9 @@ class CircuitBreaker
     # one test travels to (docs/testing.md).
     # @api private
     def self.follow_time(at = Time.now, new_test: false)
-      ahead = at.to_f - Process.clock_gettime(Process::CLOCK_REALTIME)
+      # Timecop 0.9.9+ with mock_process_clock moves Process.clock_gettime too.
+      real = Process.respond_to?(:clock_gettime_without_mock) ? :clock_gettime_without_mock : :clock_gettime
+      ahead = at.to_f - Process.public_send(real, Process::CLOCK_REALTIME)
       CircuitBreaker.__send__(:__follow_time, ahead, new_test)
     end
 
