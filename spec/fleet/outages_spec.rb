@@ -135,7 +135,12 @@ RSpec.describe "CircuitBreaker fleet: outages", :redis do
         replica
       end
       crash = lambda do |s|
-        s.command("WAIT", 1, 5_000) # what the hosts wrote so far is on the replica
+        # What the hosts wrote so far is on the replica, however long that
+        # takes on a loaded machine (WAIT's 5 s was sometimes too short).
+        offset = Integer(s.command("INFO", "replication")[/master_repl_offset:(\d+)/, 1])
+        wait_until(what: "the replica caught up") do
+          Integer(replica.command("INFO", "replication")[/slave_repl_offset:(\d+)/, 1]) >= offset
+        end
         # Promoted before the primary dies (the hosts still use the
         # primary's address): a replica left to reconnect could sync from
         # whatever listens on the port next.
