@@ -38,10 +38,12 @@ class CircuitBreaker
         [settings, interval.to_f]
       end
 
-      # Starts syncing `breaker` (a new breaker, from its `initialize`)
-      # through its {Link}, which the breaker keeps (the syncer holds links
-      # weakly). With `shared:` the host id is the shared name's: every
-      # process of the host writes the same field (docs/fleet.md).
+      # Makes `breaker` (a new breaker, from its `initialize`) a fleet
+      # breaker through its {Link}, which the breaker keeps (the syncer
+      # holds links weakly). Nothing is sent, and no thread started, until
+      # the breaker's first use ({start}). With `shared:` the host id is the
+      # shared name's: every process of the host writes the same field
+      # (docs/fleet.md).
       # @api private
       def attach(breaker, settings, interval, shared: nil, namespace: nil)
         host_key = shared && "#{Socket.gethostname}:#{Process.uid}:shared:#{shared}"
@@ -49,8 +51,18 @@ class CircuitBreaker
         breaker.instance_variable_set(:@fleet_link, syncer.link(breaker, host_key, namespace))
       end
 
+      # A fleet breaker's first use in this process (a call, `metrics`, a
+      # manual action; the native code asks once): its syncer runs, and
+      # sends for it within this slot. A process that builds fleet breakers
+      # and never uses them (a preforking server's master) joins no fleet
+      # and starts no thread (docs/fleet.md, "Processes").
+      # @api private
+      def start(link)
+        @syncers.each_value { |syncer| return syncer.start if syncer.holds?(link) }
+      end
+
       # In a forked child: every syncer starts afresh (new thread, new
-      # connection, new host id) on its next use.
+      # connection, new host id) on its breakers' next use.
       # @api private
       def after_fork
         @lock = Mutex.new
@@ -186,9 +198,17 @@ class CircuitBreaker
         prefix = namespace ? "#{PREFIX}:#{namespace}" : PREFIX
         link = Link.new(breaker, @waker, host_key, prefix, @host_ttl_ms, @stale_ms)
         @lock.synchronize { @links[link] = true }
-        wake # reported within this slot, not at its end
-        ensure_thread
         link
+      end
+
+      def holds?(link)
+        @links.key?(link)
+      end
+
+      # Runs the threads, and sends within this slot (not at its end).
+      def start
+        ensure_thread
+        wake
       end
 
       # Sends soon, within the budget: at once unless this slot's send
@@ -198,20 +218,23 @@ class CircuitBreaker
       end
 
       # In a forked child: the parent's threads do not exist here; the
-      # child's own start at once for the breakers it inherited.
+      # child's own start on the first use of a breaker it inherited.
       def after_fork
         @lock = Mutex.new
         @waker.after_fork
         start_fresh
-        ensure_thread unless links.empty?
+        links.each(&:after_fork)
       end
 
       def stop
         @stopping = true
         @waker.close
+        @events.close
         @thread&.join(2)
         @thread&.kill
         @subscriber&.kill
+        @notifier&.join(2)
+        @notifier&.kill
         close
         self
       end
@@ -222,6 +245,10 @@ class CircuitBreaker
         @thread = nil
         @subscriber = nil
         @connection = nil
+        @notifier = nil
+        # What the syncer's steps changed, for the listeners: delivered by
+        # their own thread, so that a slow listener holds up no send.
+        @events = Queue.new
         @sha = nil
         @stopping = false
         # Subscribed, and the last round trip worked: the fleet's changes
@@ -244,6 +271,22 @@ class CircuitBreaker
           @subscriber = Thread.new { listen }
           @subscriber.name = "circuit_breaker fleet subscriber"
           @subscriber.report_on_exception = $VERBOSE
+          @notifier = Thread.new { notify }
+          @notifier.name = "circuit_breaker fleet events"
+          @notifier.report_on_exception = $VERBOSE
+        end
+      end
+
+      # The listeners (state changes, fleet status) are user code: whatever
+      # they raise, of any class (`exit`, `raise Exception`), is reported
+      # and never stops the deliveries of the other breakers' events.
+      def notify
+        while (link, events = @events.pop)
+          begin
+            link.deliver(events)
+          rescue Exception => e # rubocop:disable Lint/RescueException
+            warn "circuit_breaker: fleet: a listener of #{link.tag.inspect} raised #{e.class}" if $VERBOSE
+          end
         end
       end
 
@@ -330,8 +373,10 @@ class CircuitBreaker
       def sync_once
         sends = []
         links.each do |link|
-          send = guard(link) { link.prepare(@process_id, pushes) }
-          sends << [link, send] if send
+          case (send = link.prepare(@process_id, pushes))
+          when Array then sends << [link, send]
+          when Events then @events << [link, send]
+          end
         end
         return if sends.empty?
 
@@ -351,10 +396,11 @@ class CircuitBreaker
       end
 
       # Hands one reply (or pushed change, or the error that stands for a
-      # reply, with `why`) to its link.
+      # reply, with `why`) to its link; what changed goes to the events
+      # thread.
       def receive(link, reply, why)
-        # A change of the fleet's state goes at the next slot's start.
-        @waker.signal if guard(link) { link.receive(why ? nil : reply, why) }
+        events = link.receive(why ? nil : reply, why)
+        @events << [link, events] if events
       end
 
       # Why a reply is no reply (nil: it is one): an error of the whole
@@ -365,17 +411,6 @@ class CircuitBreaker
         when Exception then "#{reply.class}: #{reply.message}"
         when "-1" then "a key held a malformed value; the script deleted it, the next send rebuilds it"
         end
-      end
-
-      # The listeners a link's calls run (state changes, fleet status) are
-      # user code: whatever they raise, of any class (`exit`, `raise
-      # Exception`), is reported and never stops the syncer or the other
-      # breakers' replies.
-      def guard(link)
-        yield
-      rescue Exception => e # rubocop:disable Lint/RescueException
-        warn "circuit_breaker: fleet syncer: a listener of #{link.tag.inspect} raised #{e.class}" if $VERBOSE
-        nil
       end
 
       # Every command's reply (an error reply as its exception), or the
@@ -411,6 +446,16 @@ class CircuitBreaker
         nil
       end
     end
+
+    # The native code's call on a fleet breaker's first use.
+    module Start
+      private
+
+      def __fleet_start
+        Fleet.start(@fleet_link)
+      end
+    end
+    CircuitBreaker.include(Start)
 
     # After fork, the child's syncers start afresh (Ruby 3.1+ `Process._fork`);
     # `Process.daemon` forks without `_fork`, and the daemon's syncers start

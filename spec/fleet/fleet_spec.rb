@@ -201,7 +201,11 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
   end
 
   it "does not open on failures below the threshold across hosts" do
-    breakers = Array.new(2) { fleet_breaker(min_calls: 20) }
+    # Two hosts in one process: two syncers (each interval has its own),
+    # each its own host id.
+    breakers = [0.05, 0.07].map do |interval|
+      CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: interval, min_calls: 20)
+    end
     wait_for("connected") { breakers.all? { |b| b.metrics[:fleet] == :connected } }
     breakers.each { |b| 9.times { b.call { raise "down" } rescue RuntimeError } } # rubocop:disable Style/RescueModifier
     breakers.each { |b| 20.times { b.call { :ok } } }

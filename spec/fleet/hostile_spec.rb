@@ -179,6 +179,7 @@ RSpec.describe "CircuitBreaker fleet: hostile Redis", :redis do
     begin
       expect(slow_reader.wait_readable(30)).to be_truthy
       quick = fleet_breaker("mixed", min_calls: 1_000)
+      quick.state # its first use starts its syncer (docs/fleet.md, "Processes")
       hosts = -> { redis_server.command("HVALS", key(quick, "hosts")).map { |v| v.split[2].to_i }.sort }
       wait_until(what: "both hosts reported") { hosts.() == [0, 3] }
       # Several of the slow host's intervals: its field is never deleted.

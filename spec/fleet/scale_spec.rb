@@ -24,7 +24,10 @@ RSpec.describe "CircuitBreaker fleet: at scale", :redis do
     value
   end
 
-  def hosts_key(breaker) = "#{breaker.instance_variable_get(:@fleet_link).tag}:hosts"
+  # The key of `breaker`'s hosts' reports (its name is this example's own).
+  def hosts_key(breaker)
+    wait_for("#{breaker.name}'s keys") { redis_server.command("KEYS", "circuit_breaker:*{#{breaker.name}:*}:hosts").first }
+  end
 
   it "sends idle breakers' heartbeats only, keeps their reports live, and sends a change at once" do
     breakers = Array.new(BREAKERS) { |i| CircuitBreaker.new(name: "#{name}-#{i}", fleet: redis_server.url) }

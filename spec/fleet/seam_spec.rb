@@ -21,6 +21,13 @@ RSpec.describe "The fleet's wire format", :redis do
 
   def link(breaker) = breaker.instance_variable_get(:@fleet_link)
 
+  # Hands `reply` to the breaker's link, and delivers what changed (as the
+  # syncer's events thread does).
+  def receive(breaker, reply)
+    events = link(breaker).receive(reply, nil)
+    link(breaker).deliver(events) if events
+  end
+
   it "names the same words, in the same order, in Rust and in Lua" do
     expect(lua_names("REPORT")).to eq(CircuitBreaker::Fleet::REPORT_FIELDS)
     expect(lua_names("REPLY")).to eq(CircuitBreaker::Fleet::REPLY_FIELDS)
@@ -48,7 +55,7 @@ RSpec.describe "The fleet's wire format", :redis do
     words = CircuitBreaker::Fleet::REPLY_FIELDS.zip(reply.split(" ").map { |w| Integer(w, 10) }).to_h
     expect(words.values_at("kind", "state", "applied")).to eq([1, 0, 0])
     expect(words["total"]).to be >= 7 # with the syncer's own report, if it came first
-    expect(link(breaker).receive(reply, nil)).to be(false) # nothing to propose
+    receive(breaker, reply)
     expect(breaker.metrics[:fleet]).to eq(:connected)
   end
 
@@ -59,9 +66,9 @@ RSpec.describe "The fleet's wire format", :redis do
     expect { redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, argv[0], short, argv[2]) }
       .to raise_error(/a report has #{CircuitBreaker::Fleet::REPORT_FIELDS.size} integers/)
     reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, *argv)
-    link(breaker).receive(reply.split(" ")[0...-1].join(" "), nil)
+    receive(breaker, reply.split(" ")[0...-1].join(" "))
     expect(breaker.metrics[:fleet]).to eq(:degraded)
-    link(breaker).receive(reply, nil)
+    receive(breaker, reply)
     expect(breaker.metrics[:fleet]).to eq(:connected)
   end
 

@@ -3,8 +3,9 @@
 //! `Wake::failure` from their failure branches; the syncer waits here with
 //! the GVL released, until a failure, its slot's end or an interrupt.
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use crate::args;
 use crate::cruby::{self, Unblock};
 
 #[magnus::wrap(class = "CircuitBreaker::Fleet::Waker", free_immediately, size)]
-pub struct Waker(pub Arc<Wake>);
+pub struct Waker(pub Arc<Wake>, Mutex<HashMap<String, Weak<()>>>);
 
 /// Ruby wants the waiting syncer back (`Thread#kill`, a signal): the flag,
 /// and an unpark so the wait notices at once.
@@ -33,7 +34,21 @@ impl Unblock for Stop {
 
 impl Waker {
     fn new() -> Self {
-        Self(Arc::new(Wake::default()))
+        Self(Arc::new(Wake::default()), Mutex::default())
+    }
+
+    /// Claims `tag` (a fleet breaker's keys) for a link of this syncer:
+    /// None while another live link holds it. The link keeps the claim;
+    /// dropping it frees the tag. Taken with the GVL only.
+    pub fn claim(&self, tag: &str) -> Option<Arc<()>> {
+        let mut tags = self.1.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if tags.get(tag).is_some_and(|held| held.strong_count() > 0) {
+            return None;
+        }
+        tags.retain(|_, held| held.strong_count() > 0);
+        let claim = Arc::new(());
+        tags.insert(tag.to_owned(), Arc::downgrade(&claim));
+        Some(claim)
     }
 
     /// Waits up to `timeout` seconds without the GVL; true when a failure

@@ -361,6 +361,11 @@ impl Breaker {
         self.fleet.attached = true;
     }
 
+    /// Whether this is a fleet breaker.
+    pub fn fleet_attached(&self) -> bool {
+        self.fleet.attached
+    }
+
     /// Whether the last send to the fleet succeeded.
     pub fn fleet_connected(&self) -> bool {
         self.fleet.connected

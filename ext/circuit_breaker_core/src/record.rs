@@ -155,12 +155,18 @@ impl HeapRecord {
 
     /// In a forked child, on the first use since the fork (`forks` is the
     /// process's count now): frees what the parent's other threads held
-    /// (`Breaker::after_fork`).
+    /// (`Breaker::after_fork`). A fleet breaker's child is a new host: its
+    /// window starts empty, so the parent's calls, which the parent
+    /// reports, are never reported twice (docs/fleet.md, "Processes").
     #[inline]
     pub fn after_forks(&mut self, forks: u64) {
         if forks != self.forks_seen {
             self.forks_seen = forks;
-            self.record_mut().breaker.after_fork();
+            let r = self.record_mut();
+            r.breaker.after_fork();
+            if r.breaker.fleet_attached() {
+                r.window.reset();
+            }
         }
     }
 
@@ -249,6 +255,20 @@ mod tests {
         let r = h.get();
         assert!(matches!(r.breaker.acquire(&mut r.window, &cfg, cfg.open_duration).0, Decision::Rejected(_)));
         libc::WEXITSTATUS(status) == 0
+    }
+
+    #[test]
+    fn a_forked_fleet_breakers_window_starts_empty_and_a_local_ones_is_kept() {
+        for fleet in [true, false] {
+            let mut h = HeapRecord::new(&WindowSpec::Count { size: 4, slow_threshold_ms: 800.0 }, 1).unwrap();
+            let r = h.get();
+            if fleet {
+                r.breaker.attach_fleet();
+            }
+            r.window.record(1.0e6, false, 0);
+            h.after_forks(h.forks_seen + 1); // as a forked child's first use
+            assert_eq!(h.get().window.counts(0).total, if fleet { 0 } else { 1 });
+        }
     }
 
     #[test]

@@ -98,6 +98,7 @@ impl Breaker {
         let live = cruby::Live::new();
         let no_block = || Exit::Error(arg_error(ruby, "CircuitBreaker#call needs a block".to_owned()));
         let this = rb_self.get(ruby)?;
+        Self::use_fleet(ruby, rb_self)?;
         let start = this.clock.now();
         // Closed (the common case): no lock, nothing to change, and a
         // missing block is noticed when yielding fails (below), which spares

@@ -11,6 +11,7 @@ impl Breaker {
         rb_self: Obj<Self>,
         op: fn(&mut CoreBreaker, &mut PlacedWindow, &Config, i64) -> Transitions,
     ) -> Result<Obj<Self>, Error> {
+        Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
         let tr = this.step_or_raise(ruby, |b, w, c| op(b, w, c, now))?;

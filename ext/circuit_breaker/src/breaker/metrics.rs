@@ -156,6 +156,7 @@ pub(super) fn metrics_hash(
 
 impl Breaker {
     pub(super) fn snapshot(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Metrics, Error> {
+        Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
         let (m, tr) = this.step_or_raise(ruby, |b, w, c| b.metrics(w, c, now))?;
@@ -164,6 +165,7 @@ impl Breaker {
     }
 
     pub(super) fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Symbol, Error> {
+        Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
         match this.step(|b, w, c| b.metrics(w, c, now)) {

@@ -53,6 +53,7 @@ impl Breaker {
     /// code in between, so no interrupt can lose it
     /// (lib/circuit_breaker/permits.rb, docs/semantics-permits.md).
     pub(super) fn acquire(ruby: &Ruby, rb_self: Obj<Self>, queue: RArray) -> Result<bool, Error> {
+        Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
         let (decision, tr) = this.admit(ruby, now)?;
