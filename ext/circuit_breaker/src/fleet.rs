@@ -20,15 +20,16 @@ pub struct Waker(pub Arc<Wake>, Mutex<HashMap<String, Weak<()>>>);
 
 /// Ruby wants the waiting syncer back (`Thread#kill`, a signal): the flag,
 /// and an unpark so the wait notices at once.
-struct Stop {
+struct Stop<'a> {
     flag: AtomicBool,
     thread: Thread,
+    wake: &'a Wake,
 }
 
-impl Unblock for Stop {
+impl Unblock for Stop<'_> {
     fn unblock(&self) {
         self.flag.unblock();
-        self.thread.unpark();
+        self.wake.interrupt(&self.thread);
     }
 }
 
@@ -57,7 +58,7 @@ impl Waker {
         let secs = args::float(ruby, "timeout", timeout)?.clamp(0.0, 3600.0);
         let wake = &rb_self.0;
         wake.register();
-        let stop = Stop { flag: AtomicBool::new(false), thread: std::thread::current() };
+        let stop = Stop { flag: AtomicBool::new(false), thread: std::thread::current(), wake };
         let woken = cruby::without_gvl(|| wake.wait(Duration::from_secs_f64(secs), &stop.flag), &stop);
         ruby.thread_check_ints()?;
         Ok(woken.unwrap_or(false))

@@ -16,7 +16,8 @@
 //!   park after an unpark returns at once.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::OnceLock;
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,8 @@ const QUIET: u8 = 2;
 /// The syncer stops: every wait returns at once.
 const CLOSED: u8 = 4;
 
+use crate::shm::Doorbell;
+
 /// One per syncer; its fleet breakers hold it too.
 #[derive(Debug, Default)]
 pub struct Wake {
@@ -36,6 +39,13 @@ pub struct Wake {
     /// `parking_lot` mutex: no poisoning to handle, and no holder without
     /// the GVL, so a fork never finds it held.
     thread: Mutex<Option<Thread>>,
+    /// With `shared:` + `fleet:` breakers: the host's doorbell, rung by a
+    /// failure in any process (crate::shm::Doorbell). The syncer then
+    /// waits on it instead of its thread's parker, and an unpark wakes it
+    /// there too.
+    doorbell: OnceLock<&'static Doorbell>,
+    /// Its rings when the syncer last read the reports.
+    rings_seen: AtomicU32,
 }
 
 impl Wake {
@@ -61,6 +71,17 @@ impl Wake {
     pub fn wait(&self, timeout: Duration, stop: &AtomicBool) -> bool {
         let deadline = Instant::now().checked_add(timeout);
         loop {
+            // Read first: a ring after this read changes the word, and the
+            // futex wait below returns at once.
+            let bell = self.doorbell.get().map(|d| (d, d.load()));
+            if let Some((_, word)) = bell {
+                if Doorbell::rings(word) != self.rings_seen.load(Ordering::Acquire) {
+                    // A failure elsewhere on the host: as one of ours (in a
+                    // quiet slot, noted for the next one).
+                    self.rings_seen.store(Doorbell::rings(word), Ordering::Release);
+                    self.state.fetch_or(FAILED, Ordering::AcqRel);
+                }
+            }
             let s = self.state.load(Ordering::Acquire);
             if s == FAILED {
                 return true;
@@ -69,10 +90,15 @@ impl Wake {
                 return false;
             }
             let now = Instant::now();
-            match deadline {
+            let left = match deadline {
                 Some(d) if now >= d => return false,
-                Some(d) => std::thread::park_timeout(d - now),
-                None => std::thread::park(),
+                Some(d) => Some(d - now),
+                None => None,
+            };
+            match (bell, left) {
+                (Some((d, word)), left) => d.wait(word, left.unwrap_or(Duration::from_secs(3600))),
+                (None, Some(left)) => std::thread::park_timeout(left),
+                (None, None) => std::thread::park(),
             }
         }
     }
@@ -93,12 +119,40 @@ impl Wake {
         let _ = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some((s & CLOSED) | if quiet { QUIET } else { 0 }));
+        if let Some(d) = self.doorbell.get() {
+            self.rings_seen.store(Doorbell::rings(d.load()), Ordering::Release);
+            if !quiet {
+                d.arm();
+            }
+        }
     }
 
     /// A new slot begins: a failure that arrived during the quiet part of
     /// the last one makes the next [`Wake::wait`] return at once.
     pub fn unquiet(&self) {
         self.state.fetch_and(!QUIET, Ordering::AcqRel);
+        if let Some(d) = self.doorbell.get() {
+            d.arm();
+        }
+    }
+
+    /// This syncer sends for `shared:` + `fleet:` breakers: it waits on the
+    /// host's doorbell too (see [`Doorbell`]).
+    pub fn use_doorbell(&self, d: &'static Doorbell) {
+        if self.doorbell.set(d).is_ok() {
+            self.rings_seen.store(Doorbell::rings(d.load()), Ordering::Release);
+            d.arm();
+            d.wake(); // a wait already under way moves to the doorbell
+        }
+    }
+
+    /// Ruby wants the waiting thread back: wakes it wherever it waits
+    /// (callable without the GVL: atomics, an unpark, a futex wake).
+    pub fn interrupt(&self, thread: &Thread) {
+        thread.unpark();
+        if let Some(d) = self.doorbell.get() {
+            d.wake();
+        }
     }
 
     /// Sends soon, as a failure would (a new breaker to report).
@@ -120,6 +174,9 @@ impl Wake {
     }
 
     fn unpark(&self) {
+        if let Some(d) = self.doorbell.get() {
+            d.wake();
+        }
         if let Some(t) = self.thread.lock().as_ref() {
             t.unpark();
         }
@@ -206,6 +263,22 @@ mod tests {
         assert!(wake.failure(), "open again; no thread to unpark yet");
         wake.register();
         assert!(wake.wait(LONG, &AtomicBool::new(false)));
+    }
+
+    #[cfg(all(target_os = "linux", not(feature = "portable")))]
+    #[test]
+    fn a_ring_of_the_host_doorbell_pulls_the_send() {
+        let path = std::env::temp_dir().join(format!("cb-wake-doorbell-{}", std::process::id()));
+        let bell: &'static Doorbell = Box::leak(Box::new(Doorbell::open(&path).unwrap()));
+        let elsewhere = Doorbell::open(&path).unwrap(); // another process's mapping
+        let wake = Arc::new(Wake::default());
+        wake.use_doorbell(bell);
+        wake.arm(false);
+        let h = waiting(&wake, LONG);
+        assert!(elsewhere.ring(), "armed by the waiting syncer");
+        assert!(h.join().unwrap(), "a failure elsewhere on the host pulls the send");
+        assert!(!elsewhere.ring(), "rung once until the syncer waits again");
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
+use circuit_breaker_core::shm::Doorbell;
 use circuit_breaker_core::wake::Wake;
 use circuit_breaker_core::{fleet, Nanos, Transitions};
 use magnus::{
@@ -47,6 +48,9 @@ const DEGRADED: u8 = 2;
 /// why it is degraded (`metrics[:fleet_reason]`).
 pub(super) struct FleetSide {
     pub(super) wake: Arc<Wake>,
+    /// With `shared:`: the host's doorbell, rung by a failure in any
+    /// process so that the one sending for the host sends at once.
+    pub(super) doorbell: Option<&'static Doorbell>,
     /// The status as the breaker's listeners were told it (set just
     /// before they run, on the events thread), and as the link last queued
     /// it for them.
@@ -189,8 +193,15 @@ impl Link {
                 ),
             )
         })?;
+        // shared:: this syncer may send for the host; a failure in any
+        // process of the host rings the doorbell it then waits on.
+        let doorbell = host.and_then(|_| Doorbell::host());
+        if let Some(d) = doorbell {
+            waker.0.use_doorbell(d);
+        }
         let side = FleetSide {
             wake: Arc::clone(&waker.0),
+            doorbell,
             status: AtomicU8::new(CONNECTING),
             queued: AtomicU8::new(CONNECTING),
             why: Mutex::new(None),

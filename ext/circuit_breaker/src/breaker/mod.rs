@@ -194,6 +194,9 @@ impl Inner {
     fn failed(&self) {
         if let Some(f) = self.fleet.get() {
             f.wake.failure();
+            if let Some(d) = f.doorbell {
+                d.ring();
+            }
         }
     }
 }

@@ -56,9 +56,9 @@ mod unsupported;
 
 pub use dir::{shm_dir, Key};
 #[cfg(all(target_os = "linux", not(feature = "portable")))]
-pub use linux::{remove_unused, sweep, Guard, MappedRecord};
+pub use linux::{remove_unused, sweep, Doorbell, Guard, MappedRecord};
 #[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
-pub use unsupported::{sweep, Guard, MappedRecord};
+pub use unsupported::{sweep, Doorbell, Guard, MappedRecord};
 
 /// Whether this build maps shared records (Linux, without the `portable`
 /// feature; see the module doc).

@@ -90,3 +90,26 @@ mod tests {
         assert!(!path.exists(), "nothing is created");
     }
 }
+
+/// No shared records, so no host doorbell: a failure waits for the
+/// sender's slot (docs/fleet.md, "When a host sends").
+#[derive(Debug)]
+pub struct Doorbell;
+
+impl Doorbell {
+    pub fn host() -> Option<&'static Doorbell> {
+        None
+    }
+    pub fn load(&self) -> u32 {
+        0
+    }
+    pub fn rings(word: u32) -> u32 {
+        word
+    }
+    pub fn arm(&self) {}
+    pub fn ring(&self) -> bool {
+        false
+    }
+    pub fn wake(&self) {}
+    pub fn wait(&self, _seen: u32, _timeout: std::time::Duration) {}
+}

@@ -12,6 +12,7 @@ use super::ShmError;
 use crate::clock::Nanos;
 
 mod cleanup;
+mod doorbell;
 mod file;
 mod private_dir;
 #[cfg(test)]
@@ -19,6 +20,7 @@ mod private_dir;
 mod tests;
 
 pub use cleanup::{remove_unused, sweep};
+pub use doorbell::Doorbell;
 pub use file::{Guard, MappedRecord};
 
 pub(super) fn os_error(context: impl Into<String>) -> ShmError {
