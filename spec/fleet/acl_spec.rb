@@ -56,7 +56,7 @@ RSpec.describe "CircuitBreaker fleet: Redis ACL and key layout", :redis do
     wait_until(what: "connected") { operator.metrics[:fleet] == :connected }
     operator.trip!
     expect(reader.wait_readable(30) && reader.gets).to eq("open connected\n")
-    expect(operator.metrics[:fleet]).to eq(:connected)
+    wait_until(what: "the operator connected") { operator.metrics[:fleet] == :connected }
     expect(redis_server.command("ACL", "LOG")).to eq([])
     expect(log.string).not_to include("NOPERM")
   ensure

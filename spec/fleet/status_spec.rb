@@ -19,10 +19,18 @@ RSpec.describe "CircuitBreaker fleet: status", :redis do
   end
 
   def fleet_breaker(**options)
-    CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, **options)
+    # The longest send timeout (0.25 s): a loaded machine rarely fails a send.
+    CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.2, **options)
   end
 
   def status(breaker) = breaker.metrics[:fleet]
+
+  # Whether `statuses` are one per change (never the same twice in a row),
+  # the outage's degraded among them and connected last. (A loaded machine
+  # may time out a send the example did not mean to fail: more changes.)
+  def changes(statuses)
+    statuses.each_cons(2).none? { |a, b| a == b } && statuses.include?("degraded") && statuses.last == "connected"
+  end
 
   # The reason names the client's error (which one depends on the client
   # and on where the pause caught the send).
@@ -44,10 +52,9 @@ RSpec.describe "CircuitBreaker fleet: status", :redis do
     wait_until(what: "connected") { status(breaker) == :connected }
     outage(breaker) { expect(breaker.metrics[:fleet_reason]).to match(/(Redis|RedisClient)::\w+/) }
     lines = log.string.lines.grep(/fleet/)
-    expect(lines.size).to eq(3)
-    expect(lines[0]).to match(/INFO .*circuit "#{name}": fleet connected/)
-    expect(lines[1]).to match(/WARN .*circuit "#{name}": fleet degraded.*(Redis|RedisClient)::\w+/i)
-    expect(lines[2]).to match(/INFO .*fleet connected/)
+    expect(changes(lines.map { |l| l[/fleet (connected|degraded)/, 1] })).to be(true)
+    expect(lines.grep(/WARN/)).to all(match(/circuit "#{name}": fleet degraded, on its own breaker \((Redis|RedisClient)::\w+/))
+    expect(lines.grep(/INFO/)).to all(match(/circuit "#{name}": fleet connected/))
     expect(breaker.metrics[:fleet_reason]).to be_nil
   ensure
     CircuitBreaker.configure { |c| c.logger = previous }
@@ -64,8 +71,10 @@ RSpec.describe "CircuitBreaker fleet: status", :redis do
     wait_until(what: "connected") { status(breaker) == :connected }
     outage(breaker)
     payloads = Array.new(received.size) { received.pop }
-    expect(payloads.map { |p| p[:status] }).to eq(%i[connected degraded connected])
-    expect(payloads[1][:reason]).to match(/(Redis|RedisClient)::\w+/)
+    expect(changes(payloads.map { |p| p[:status].to_s })).to be(true)
+    payloads.each do |p|
+      expect(p[:reason]).to p[:status] == :degraded ? match(/(Redis|RedisClient)::\w+/) : be_nil
+    end
   ensure
     ActiveSupport::Notifications.unsubscribe(subscription) if subscription
   end
