@@ -18,7 +18,10 @@
 //!   after the round began; a probe not settled `probe_timeout` after its
 //!   admission counts as a failed probe (the earlier deadline first);
 //! - a stage advances only when a round passes at or after
-//!   `entered_at + min_stage_duration`; an earlier pass starts a new round.
+//!   `entered_at + min_stage_duration`; an earlier pass starts a new round;
+//! - after a step no timer counts from a time later than its `now`, so no
+//!   deadline lies further ahead than its own length (the clock goes back
+//!   when a test travels back, docs/testing.md).
 
 use crate::clock::Nanos;
 use crate::config::Config;
