@@ -313,17 +313,24 @@ pub struct Send {
     pub idle: bool,
 }
 
+/// How many times longer than `host_ttl` a heartbeat's report lives.
+pub const IDLE_TTL: i64 = 5;
+
 /// When a host sends for a breaker (docs/fleet.md, "Cost at scale"): at
 /// every slot, except for an idle breaker whose send would repeat the last
-/// one word for word while the fleet's changes reach the host by push;
-/// that one sends a heartbeat only, so its report stays live in Redis
-/// (`host_ttl`): once per `heartbeat`, at its own phase of a grid of that
-/// period, so a thousand idle breakers spread their heartbeats evenly over
-/// the slots. Two heartbeats are `heartbeat` / 2 to `heartbeat` apart.
+/// one (its `host_ttl` aside) while the fleet's changes reach the host by
+/// push; that one sends a heartbeat only, so its report stays live in
+/// Redis, and a heartbeat's report lives [`IDLE_TTL`] times `host_ttl`. A
+/// heartbeat goes once per 0.7 × the last send's time to live, at the
+/// breaker's own phase of a grid of that period, so a thousand idle
+/// breakers spread their heartbeats evenly over the slots; two sends are
+/// half that period to that period apart.
 #[derive(Debug, Clone, Default)]
 pub struct Pace {
     last: Option<[i64; 3 + REPORT_LEN]>,
     sent_at: Nanos,
+    /// The last send's time to live (ms): the next must come well before it ends.
+    ttl_ms: i64,
     /// This breaker's phase: a share of the period, in 2^-53.
     phase: u64,
 }
@@ -338,19 +345,25 @@ impl Pace {
         Self { phase: (z ^ (z >> 31)) >> 11, ..Self::default() }
     }
 
-    /// Whether `send` goes now. `pushed`: the host receives the fleet's
+    /// Whether `send` goes now (a heartbeat's `host_ttl` word is made
+    /// [`IDLE_TTL`] times longer). `pushed`: the host receives the fleet's
     /// changes by push, and its last round trip worked.
-    pub fn due(&mut self, send: &Send, pushed: bool, now: Nanos, heartbeat: Nanos) -> bool {
-        let repeat = self.last.as_ref() == Some(&send.words);
-        if repeat && send.idle && pushed && heartbeat > 0 {
-            let offset = ((i128::from(heartbeat) * i128::from(self.phase)) >> 53) as Nanos;
-            let cell = |t: Nanos| t.saturating_sub(offset).div_euclid(heartbeat);
-            if now.saturating_sub(self.sent_at) < heartbeat / 2 || cell(now) == cell(self.sent_at) {
-                return false;
+    pub fn due(&mut self, send: &mut Send, pushed: bool, now: Nanos) -> bool {
+        let repeat = self.last.is_some_and(|last| last[1..] == send.words[1..]);
+        if repeat && send.idle && pushed {
+            let period = self.ttl_ms.saturating_mul(MS) / 10 * 7;
+            if period > 0 {
+                let offset = ((i128::from(period) * i128::from(self.phase)) >> 53) as Nanos;
+                let cell = |t: Nanos| t.saturating_sub(offset).div_euclid(period);
+                if now.saturating_sub(self.sent_at) < period / 2 || cell(now) == cell(self.sent_at) {
+                    return false;
+                }
             }
+            send.words[0] = send.words[0].saturating_mul(IDLE_TTL);
         }
         self.last = Some(send.words);
         self.sent_at = now;
+        self.ttl_ms = send.words[0];
         true
     }
 }

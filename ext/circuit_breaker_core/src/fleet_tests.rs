@@ -737,29 +737,39 @@ fn a_send_is_the_words_the_script_names_and_a_reply_its_words() {
 #[test]
 fn an_idle_breaker_sends_a_heartbeat_only_and_anything_new_at_once() {
     let mut h = Host::new(config(|_| {}));
-    let beat = SEC / 2;
     let mut pace = Pace::new(7);
     let send = |h: &mut Host, now| h.b.fleet_send(&mut h.w, &h.cfg, now, 1_000);
-    let first = send(&mut h, 0);
+    let mut first = send(&mut h, 0);
     assert!(!first.idle, "not connected yet");
-    assert!(pace.due(&first, true, 0, beat));
+    assert!(pace.due(&mut first, true, 0));
     h.receive(&reply(0, State::Closed, 0, 0), 0);
     let idle = send(&mut h, 0);
     assert!(idle.idle);
-    assert!(!pace.due(&idle, true, SEC / 10, beat), "the same words again: skipped");
-    assert!(pace.due(&idle, false, SEC / 10, beat), "without pushes every slot sends");
-    assert!(!pace.due(&idle, true, SEC / 5, beat));
-    assert!(pace.due(&idle, true, SEC / 10 + beat, beat), "a heartbeat");
+    assert!(!pace.due(&mut idle.clone(), true, SEC / 10), "the same words again: skipped");
+    assert!(!pace.due(&mut idle.clone(), true, SEC / 5));
+    // Within 0.7 s of the last send (its report lives 1 s): a heartbeat,
+    // whose report lives 5 s.
+    let mut beat = idle;
+    let t = (1..=70).map(|k| k * SEC / 100).find(|&t| pace.due(&mut beat.clone(), true, t)).expect("a heartbeat");
+    assert!(t <= 7 * SEC / 10);
+    pace = Pace::new(7);
+    assert!(pace.due(&mut idle.clone(), true, 0));
+    assert!(pace.due(&mut beat, true, t));
+    assert_eq!(beat.words[0], 1_000 * IDLE_TTL);
+    assert!(!pace.due(&mut idle.clone(), true, t + SEC), "the next within 3.5 s");
+    assert!(pace.due(&mut idle.clone(), false, t + SEC), "without pushes every slot sends");
     // A call changes the report: sent at once.
     let p = h.admit(SEC).expect("closed");
     h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, SEC);
-    assert!(pace.due(&send(&mut h, SEC), true, SEC, beat));
+    let mut changed = send(&mut h, 2 * SEC);
+    assert!(pace.due(&mut changed, true, 2 * SEC));
+    assert_eq!(changed.words[0], 1_000, "a change lives host_ttl");
     // A fleet opening followed: every slot sends (its timer, its probes).
     h.receive(&reply(1, State::Open, 1, 7), SEC);
     let following = send(&mut h, SEC);
     assert!(!following.idle);
-    assert!(pace.due(&following, true, SEC, beat));
-    assert!(pace.due(&following, true, SEC, beat));
+    assert!(pace.due(&mut following.clone(), true, 2 * SEC));
+    assert!(pace.due(&mut following.clone(), true, 2 * SEC));
 }
 
 #[test]
@@ -767,23 +777,23 @@ fn heartbeats_of_many_breakers_spread_evenly_over_the_slots() {
     let h = &mut Host::new(config(|_| {}));
     h.receive(&reply(0, State::Closed, 0, 0), 0);
     let send = h.b.fleet_send(&mut h.w, &h.cfg, 0, 1_000);
-    let beat = 700 * MS;
     let slot = 100 * MS;
     let mut per_slot = std::collections::BTreeMap::new();
     for seed in 0..1_000u64 {
         let mut pace = Pace::new(seed);
-        assert!(pace.due(&send, true, 0, beat), "the first send goes");
-        let mut last = 0;
-        for t in (1..=100).map(|k| k * slot) {
-            if pace.due(&send, true, t, beat) {
-                assert!(t - last <= beat && t - last >= beat / 2, "{} ms apart", (t - last) / MS);
-                if t > 2 * beat {
+        let (mut last, mut ttl) = (0, 1_000 * MS);
+        assert!(pace.due(&mut send.clone(), true, 0), "the first send goes");
+        for t in (1..=300).map(|k| k * slot) {
+            let mut s = send;
+            if pace.due(&mut s, true, t) {
+                assert!(t - last <= ttl * 7 / 10 && t - last >= ttl * 7 / 20, "{} ms apart", (t - last) / MS);
+                if t > 10 * SEC {
                     *per_slot.entry(t).or_insert(0) += 1;
                 }
-                last = t;
+                (last, ttl) = (t, s.words[0] * MS);
             }
         }
     }
-    // 1000 breakers, one heartbeat per 7 slots each: about 143 a slot.
-    assert!(per_slot.values().all(|&n| (90..=200).contains(&n)), "{per_slot:?}");
+    // 1000 breakers, one heartbeat per 35 slots each: about 29 a slot.
+    assert!(per_slot.values().all(|&n| (10..=60).contains(&n)), "{per_slot:?}");
 }

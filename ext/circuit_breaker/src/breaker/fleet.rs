@@ -263,11 +263,9 @@ impl Link {
             let events = Self::events(side, Transitions::default(), status, None);
             return Ok(events.map_or_else(|| ruby.qnil().as_value(), |e| ruby.obj_wrap(e).as_value()));
         };
-        // At most 0.7 of host_ttl apart (`fleet::Pace`): a late heartbeat
-        // has the rest to spare before the host's report stops counting.
-        let heartbeat = rb_self.host_ttl_ms.saturating_mul(700_000);
+        let mut send = send;
         let mut pace = rb_self.pace.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !pace.due(&send, pushed, ClockSource::Monotonic.now(), heartbeat) {
+        if !pace.due(&mut send, pushed, ClockSource::Monotonic.now()) {
             return Ok(ruby.qnil().as_value());
         }
         drop(pace);
