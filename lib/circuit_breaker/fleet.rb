@@ -18,6 +18,7 @@ class CircuitBreaker
     @syncers = {}
     @lock = Mutex.new
     @round_trips = 0
+    @slots = 0
 
     class << self
       # Checks `fleet:` and `fleet_interval:` before a breaker exists.
@@ -93,6 +94,16 @@ class CircuitBreaker
       # @api private
       def count_round_trip
         @round_trips += 1
+      end
+
+      # @api private
+      # @return [Integer] slots this process's syncers went through (each
+      #   sends what changed, at most one round trip; specs wait for them)
+      attr_reader :slots
+
+      # @api private
+      def count_slot
+        @slots += 1
       end
 
       # Says `text` once to each logger of `breakers`, or with `warn` when
@@ -371,6 +382,7 @@ class CircuitBreaker
       # the state it brings into the shared record); every reply (or nil)
       # to its link.
       def sync_once
+        Fleet.count_slot
         sends = []
         links.each do |link|
           case (send = link.prepare(@process_id, pushes))

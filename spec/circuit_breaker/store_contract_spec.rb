@@ -42,17 +42,17 @@ RSpec.describe CircuitBreaker, "stores" do
       wait_until(what: "the fleet breaker connected") { breaker.metrics[:fleet] == :connected }
     end
 
-    # Three round trips from now: the second one's report was taken after
+    # Three syncer slots from now: the second one's report was taken after
     # this call, and its reply was applied before the third began
     # (lib/circuit_breaker/fleet.rb, Syncer#sync_once). A send that failed
     # meanwhile detached the host from the fleet (docs/fleet.md, "Degraded
     # mode"): the example then says nothing about the fleet, and is skipped.
     def settle(_breaker)
       syncers = CircuitBreaker::Fleet.instance_variable_get(:@syncers).values
-      start = CircuitBreaker::Fleet.round_trips
-      wait_until(what: "three fleet round trips") do
+      start = CircuitBreaker::Fleet.slots
+      wait_until(what: "three fleet slots") do
         syncers.each(&:wake)
-        CircuitBreaker::Fleet.round_trips >= start + 3
+        CircuitBreaker::Fleet.slots >= start + 3
       end
       skip "a fleet send failed (a loaded machine): the host ran on its own breaker" if @fleet_degraded
     end

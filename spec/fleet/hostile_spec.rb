@@ -47,8 +47,8 @@ RSpec.describe "CircuitBreaker fleet: hostile Redis", :redis do
 
   # Enough sends for a repeated fault to show (about 20 intervals).
   def some_sends
-    start = CircuitBreaker::Fleet.round_trips
-    wait_until(what: "20 more round trips") { CircuitBreaker::Fleet.round_trips >= start + 20 }
+    start = CircuitBreaker::Fleet.slots
+    wait_until(what: "20 more slots") { CircuitBreaker::Fleet.slots >= start + 20 }
   end
 
   # Connections the ACL user opened (this spec's own commands open one each).

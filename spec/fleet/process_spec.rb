@@ -80,8 +80,8 @@ RSpec.describe "CircuitBreaker fleet: in one process", :redis do
     breaker.on_fleet_change { |_| raised += 1; raise Exception, "a listener's bug" } # rubocop:disable Lint/RaiseException
     breaker.call { 1 } # its first use starts the syncer
     wait_for("the listener ran") { raised.positive? }
-    start = CircuitBreaker::Fleet.round_trips
-    wait_for("more round trips") { CircuitBreaker::Fleet.round_trips >= start + 3 }
+    start = CircuitBreaker::Fleet.slots
+    wait_for("more slots") { CircuitBreaker::Fleet.slots >= start + 3 }
     other = CircuitBreaker.new(name: "#{name}-2", fleet: redis_server.url, fleet_interval: 0.05)
     wait_for("a breaker added later connected") { other.metrics[:fleet] == :connected }
   end
