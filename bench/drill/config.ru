@@ -1,0 +1,39 @@
+# frozen_string_literal: true
+
+# The drill's app (bench/drill/run.rb): each request calls the upstream over
+# Net::HTTP (1 s timeouts) through the breaker of DRILL_SETUP, built once
+# at boot, before Puma forks its workers (bench/drill/puma.rb).
+#
+# 200: the upstream answered; 503: the breaker refused the call; 502: the
+# upstream answered 5xx or refused; 504: the call waited for the read
+# timeout. GET /ready answers without calling the upstream.
+
+require "net/http"
+require_relative "setups"
+
+upstream = URI(ENV.fetch("DRILL_UPSTREAM"))
+guard = Drill.guard(ENV.fetch("DRILL_SETUP"))
+warn "drill app: #{guard.description}"
+
+# No retry: Net::HTTP's default retries an idempotent GET once after a read
+# timeout (each hung call would wait 2 s and reach the upstream twice);
+# Faraday's Net::HTTP adapter turns that off too.
+call_upstream = lambda do
+  Net::HTTP.start(upstream.host, upstream.port, open_timeout: 1, read_timeout: 1, max_retries: 0) do |http|
+    response = http.get("/")
+    raise Drill::UpstreamFailed, "upstream answered #{response.code}" if response.code.to_i >= 500
+
+    response.body
+  end
+end
+
+run(lambda do |env|
+  next [200, {}, ["ready"]] if env["PATH_INFO"] == "/ready"
+
+  body = guard.run(&call_upstream)
+  [200, {}, [body]]
+rescue Net::ReadTimeout
+  [504, {}, ["timeout"]]
+rescue StandardError => e
+  [guard.rejected?(e) ? 503 : 502, {}, [e.class.name]]
+end)
