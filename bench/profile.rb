@@ -22,7 +22,7 @@ breaker =
   case path
   when "failure" # as in bench/scenarios.rb: records every failure, never trips
     CircuitBreaker.new(window: CircuitBreaker::TimeWindow.new(seconds: 600, buckets: 10),
-                       error_rate_threshold: 1.0, min_calls: 1_000_000_000)
+                       error_rate_threshold: 1.0, min_calls: 1_000_000_000, consecutive_failures: nil)
   when "rejection"
     CircuitBreaker.new(window: window, open_duration: 3600).trip!
   else

@@ -192,6 +192,7 @@ describe_event = lambda do |e|
   why = {
     error_rate: "error rate crossed #{(config[:error_rate_threshold] * 100).round}%",
     slow_call_rate: "slow-call rate crossed #{(config[:slow_rate_threshold] * 100).round}%",
+    consecutive_failures: "failures in a row",
     probe_failed: "probes failed",
     probes_passed: "every ramp stage passed",
     cool_down_elapsed: "open_duration elapsed, probing",

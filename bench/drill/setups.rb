@@ -36,9 +36,9 @@ module Drill
   # its "orders" breaker (the drill calls through Net::HTTP with 1 s
   # timeouts where rails.md's Faraday connection waits 2 s).
   def recommended
-    { min_calls: 20, open_duration: 30,
+    { min_calls: 20, open_duration: 15,
       window: CircuitBreaker::SlidingWindow.new(size: 100, slow_threshold_ms: 800),
-      ramp: [0.1, 0.3, 0.6, 1.0], half_open_calls: 20, advance_rate: 0.9, reopen_rate: 0.5 }
+      ramp: [0.1, 0.3, 0.6, 1.0], half_open_calls: 5, advance_rate: 0.9, reopen_rate: 0.5 }
   end
 
   # @return [Guard] the setup named `name` (DRILL_SETUP)

@@ -24,7 +24,7 @@ class CircuitBreaker
   # @param shared [String, Symbol, false, nil] a name: the breaker lives in a file every process on the host
   #   shares; false or nil: in this process
   # @param consecutive_failures [Integer, nil] failed calls in a row that open the breaker whatever
-  #   the window holds (nil: no such rule; docs/choices.md says why that is the default)
+  #   the window holds (nil: no such rule; docs/choices.md says why the default is 8)
   # @param half_open_timeout [Numeric, nil] seconds a round of a half-open stage may take (nil: no limit)
   # @param probe_timeout [Numeric, false, nil] seconds a probe may stay unsettled before it counts as
   #   failed (nil: open_duration; false: never)
@@ -55,7 +55,7 @@ class CircuitBreaker
                  record_errors: [StandardError], ignore_errors: [], failure_if: nil, half_open_timeout: nil,
                  probe_timeout: nil, min_stage_duration: 0, backoff: 1.0, max_open_duration: nil, jitter: 0.0,
                  name: nil, clock: nil, logger: nil, shared: nil, namespace: nil, fleet: nil, fleet_interval: nil,
-                 fleet_quorum: nil, consecutive_failures: nil)
+                 fleet_quorum: nil, consecutive_failures: 8)
     unless logger.nil? || (logger.respond_to?(:warn) && logger.respond_to?(:info))
       raise TypeError, "logger must be nil or an object with warn and info (a Logger) (got #{logger.class})"
     end

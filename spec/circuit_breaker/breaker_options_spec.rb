@@ -43,12 +43,15 @@ RSpec.describe CircuitBreaker, ".new" do
     context "on a ManualClock" do
       let(:breaker) { build_breaker(clock: clock) }
 
-      it "needs min_calls 20 and an error rate of 0.5 to open" do
-        succeed_calls(breaker, 10)
-        fail_calls(breaker, 9)
-        expect(breaker.state).to eq(:closed)
+      it "needs min_calls 20 and an error rate of 0.5 to open (failures never 8 in a row)" do
+        9.times do
+          fail_calls(breaker, 1)
+          succeed_calls(breaker, 1)
+        end
         fail_calls(breaker, 1)
-        expect(breaker.state).to eq(:open)
+        expect(breaker.state).to eq(:closed) # 10 of 19 failed: below min_calls
+        succeed_calls(breaker, 1)
+        expect(breaker.state).to eq(:open) # 10 of 20
       end
 
       it "opens at a slow-call rate of 0.8 (slow from 800 ms)" do
@@ -270,7 +273,7 @@ RSpec.describe CircuitBreaker, ".new" do
   describe "window: a TimeWindow" do
     it "follows the breaker's ManualClock when it has no clock of its own" do
       time_window = CircuitBreaker::TimeWindow.new(seconds: 10, buckets: 10)
-      breaker = build_breaker(clock: clock, window: time_window, min_calls: 5)
+      breaker = build_breaker(clock: clock, window: time_window, min_calls: 5, consecutive_failures: nil)
       fail_calls(breaker, 4)
       expect(time_window.total).to eq(4)
       clock.advance(10)

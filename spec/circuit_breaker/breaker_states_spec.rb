@@ -26,6 +26,16 @@ RSpec.describe CircuitBreaker, "states" do
       expect { make(consecutive_failures: "3") }.to raise_error(TypeError, /consecutive_failures/)
     end
 
+    it "opens by default after 8 failures in a row, with a window full of successes (docs/choices.md)" do
+      breaker = build_breaker(clock: clock)
+      succeed_calls(breaker, 100)
+      fail_calls(breaker, 7)
+      expect(breaker.state).to eq(:closed)
+      fail_calls(breaker, 1)
+      expect(breaker.state).to eq(:open)
+      expect(build_breaker(clock: clock, consecutive_failures: nil).tap { |b| fail_calls(b, 19) }.state).to eq(:closed)
+    end
+
     it "stays closed just below the threshold" do
       breaker = make(min_calls: 10, error_rate_threshold: 0.5)
       succeed_calls(breaker, 6)
@@ -45,7 +55,7 @@ RSpec.describe CircuitBreaker, "states" do
 
     it "does not clamp min_calls for a TimeWindow" do
       time_window = CircuitBreaker::TimeWindow.new(seconds: 10, buckets: 10)
-      breaker = build_breaker(clock: clock, window: time_window, min_calls: 20)
+      breaker = build_breaker(clock: clock, window: time_window, min_calls: 20, consecutive_failures: nil)
       fail_calls(breaker, 19)
       expect(breaker.state).to eq(:closed)
       fail_calls(breaker, 1)

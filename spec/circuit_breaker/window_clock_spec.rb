@@ -12,7 +12,7 @@ RSpec.describe CircuitBreaker, "a window and its breaker's clock" do
     window = CircuitBreaker::TimeWindow.new(seconds: 10, buckets: 10)
     window.inspect # `p window`: read on the monotonic clock
     window.total
-    breaker = build_breaker(clock: clock, window: window, min_calls: 10)
+    breaker = build_breaker(clock: clock, window: window, min_calls: 10, consecutive_failures: nil)
     fail_calls(breaker, 9)
     expect(window.total).to eq(9)
     fail_calls(breaker, 1)

@@ -84,6 +84,12 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
 
   describe "hosts that open on their own warm windows (docs/fleet.md, \"When hosts open alone\")" do
     # A window full of successes (SlidingWindow of 100), as a busy host has.
+    # These hosts open on their windows' error rate: the streak rule (on by
+    # default, docs/choices.md) is off in every one of them alike.
+    def fleet_breaker(**options)
+      super(consecutive_failures: nil, **options)
+    end
+
     def warm(breaker)
       100.times { breaker.call { :ok } }
     end
@@ -204,7 +210,9 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     # Two hosts in one process: two syncers (each interval has its own),
     # each its own host id.
     breakers = [0.05, 0.07].map do |interval|
-      CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: interval, min_calls: 20)
+      # The windows' rule: the default streak (consecutive_failures) off.
+      CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: interval, min_calls: 20,
+                         consecutive_failures: nil)
     end
     wait_for("connected") { breakers.all? { |b| b.metrics[:fleet] == :connected } }
     breakers.each { |b| 9.times { b.call { raise "down" } rescue RuntimeError } } # rubocop:disable Style/RescueModifier

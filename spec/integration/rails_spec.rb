@@ -56,7 +56,7 @@ RSpec.describe "a Rails app", :integration do
       end
 
       it "serves docs/rails.md's controller (the orders, then 503 with Retry-After once open) and mounts the status page for admins only" do
-        expect(seen).to include("orders_page" => 200, "orders_page_when_open" => [503, "30"], "status_page_for_anyone" => 404)
+        expect(seen).to include("orders_page" => 200, "orders_page_when_open" => [503, "15"], "status_page_for_anyone" => 404)
       end
 
       it "registers README.md's breaker, whose open_duration is a Duration" do
@@ -71,13 +71,15 @@ RSpec.describe "a Rails app", :integration do
         expect(seen).to include("reloaded" => true, "same_breaker_after_reload" => true)
       end
 
-      it "trips the initializer's breaker through its Faraday connection: 20 failures, then rejections" do
-        expect(seen).to include("orders_statuses" => { "503" => 20, "rejected" => 5 }, "orders_state" => "open")
-        expect(seen["orders_open_duration"]).to be_within(1).of(30) # configure's default
+      # 503s in a row: the default consecutive_failures (8, docs/choices.md)
+      # opens it before the window's min_calls (20).
+      it "trips the initializer's breaker through its Faraday connection: 8 failures, then rejections" do
+        expect(seen).to include("orders_statuses" => { "503" => 8, "rejected" => 17 }, "orders_state" => "open")
+        expect(seen["orders_open_duration"]).to be_within(1).of(15) # configure's default
       end
 
       it "logs the opening to Rails.logger (the Railtie) and instruments it (the initializer's subscriber)" do
-        expect(@log).to include('circuit "orders": closed -> open (error_rate')
+        expect(@log).to include('circuit "orders": closed -> open (consecutive_failures')
         expect(@log).to include("[alert] circuit orders opened")
       end
     end

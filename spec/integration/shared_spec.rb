@@ -271,7 +271,10 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
   describe "a trip" do
     it "caused by failures in some processes opens the breaker for every process" do
       key = shared_name("trip")
-      options = -> { { window: CircuitBreaker::SlidingWindow.new(size: 20), min_calls: 10, open_duration: 30 } }
+      # The window's rule (10 calls at 50 %), the default streak of 8 off.
+      options = lambda {
+        { window: CircuitBreaker::SlidingWindow.new(size: 20), min_calls: 10, open_duration: 30, consecutive_failures: nil }
+      }
       parent = described_class.new(**options.call, shared: key)
       start = gate
       check = gate
@@ -325,7 +328,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
       calls = 2000
       options = lambda do
         { window: CircuitBreaker::SlidingWindow.new(size: 20_000), error_rate_threshold: 1.0,
-          slow_rate_threshold: 1.0, min_calls: 1_000_000_000 }
+          slow_rate_threshold: 1.0, min_calls: 1_000_000_000, consecutive_failures: nil }
       end
       # Call i of process p: a failure when (i + p) % 3 == 0; every fifth
       # call goes through allow?/record_* instead of a block.
@@ -533,7 +536,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
       window_size = 1000
       options = lambda do
         { window: CircuitBreaker::SlidingWindow.new(size: window_size), error_rate_threshold: 1.0,
-          slow_rate_threshold: 1.0, min_calls: 1_000_000_000 }
+          slow_rate_threshold: 1.0, min_calls: 1_000_000_000, consecutive_failures: nil } # never opens
       end
       parent = described_class.new(**options.call, shared: key)
       busy = Array.new(3) do |p|
@@ -582,7 +585,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
       workers_count = 6
       min_calls = 10
       breaker = described_class.new(window: CircuitBreaker::SlidingWindow.new(size: 50), min_calls: min_calls,
-                                    open_duration: 30, shared: key)
+                                    open_duration: 30, consecutive_failures: nil, shared: key) # the window's rule
       seen = transitions_of(breaker) # the listener is inherited by each worker
       start = gate
       workers = Array.new(workers_count) do

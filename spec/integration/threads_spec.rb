@@ -176,7 +176,8 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
     it "records every success, failure and slow call exactly (TimeWindow, thresholds out of reach)" do
       window = CircuitBreaker::TimeWindow.new(seconds: 1e9, buckets: 1, slow_threshold_ms: ThreadStress::SLOW_MS)
       breaker = described_class.new(window: window, clock: clock, error_rate_threshold: 1.0,
-                                    slow_rate_threshold: 1.0, min_calls: 1_000_000_000, **ThreadStress.options)
+                                    slow_rate_threshold: 1.0, min_calls: 1_000_000_000, consecutive_failures: nil,
+                                    **ThreadStress.options)
       events = []
       breaker.on_state_change { |e| events << e }
       rounds = rounds_for(calls_per_thread)
@@ -212,8 +213,10 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
 
   describe "tripping" do
     it "opens exactly once when many threads fail at once, and only calls already admitted still run" do
+      # The window's rule alone (the default streak of 8 off): 20 failures.
       breaker = described_class.new(window: CircuitBreaker::SlidingWindow.new(size: 100), clock: clock,
-                                    min_calls: 20, error_rate_threshold: 0.5, open_duration: 60)
+                                    min_calls: 20, error_rate_threshold: 0.5, open_duration: 60,
+                                    consecutive_failures: nil)
       events = Queue.new
       breaker.on_state_change { |e| events << e }
       rounds = scaled(100) * factor

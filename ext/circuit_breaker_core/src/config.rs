@@ -131,7 +131,7 @@ pub struct Config {
 }
 
 /// The default of `consecutive_failures` (docs/choices.md says why).
-pub const DEFAULT_CONSECUTIVE_FAILURES: Option<i64> = None;
+pub const DEFAULT_CONSECUTIVE_FAILURES: Option<i64> = Some(8);
 
 impl Config {
     /// Validates `o`; the error names the first bad option. One check per

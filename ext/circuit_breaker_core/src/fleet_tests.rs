@@ -11,8 +11,10 @@ use crate::window::CountWindow;
 
 const SEC: Nanos = 1_000_000_000;
 
+/// The defaults with the streak rule off: these tests are about the
+/// windows' counts (docs/fleet.md); `f` may turn it on.
 fn config(f: impl FnOnce(&mut Options)) -> Config {
-    let mut o = Options::default();
+    let mut o = Options { consecutive_failures: None, ..Options::default() };
     f(&mut o);
     Config::new(&o).expect("valid options")
 }

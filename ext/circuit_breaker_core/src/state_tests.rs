@@ -344,7 +344,10 @@ fn min_calls_is_clamped_to_a_count_windows_size() {
 #[test]
 fn min_calls_is_not_clamped_for_a_time_window() {
     let w = Window::Time(TimeWindow::new(10.0, 10, 800.0).unwrap());
-    let mut r = Rig::with_window(w, |o| o.min_calls = 20);
+    let mut r = Rig::with_window(w, |o| {
+        o.min_calls = 20;
+        o.consecutive_failures = None;
+    });
     for i in 0..19 {
         assert!(r.call(FAIL, i * MS).is_empty());
     }
@@ -1194,6 +1197,7 @@ proptest! {
             o.min_calls = min_calls;
             o.error_rate_threshold = error_rate_threshold;
             o.slow_rate_threshold = slow_rate_threshold;
+            o.consecutive_failures = None; // the model judges the window alone
         });
         let verdict_at = min_calls.min(size) as usize;
         let mut model: Vec<(bool, f64)> = Vec::new();
@@ -1772,7 +1776,8 @@ fn the_default_streak_rarely_trips_on_a_steady_twenty_percent_of_errors() {
     // 100 minutes at 100 calls/s: 600,000 calls, each failing with p = 0.2.
     // A run of 8 failures starts at a given call with 0.8 * 0.2^8: about
     // 0.15 times per 10 minutes (60,000 calls); a run of 5, 15 times.
-    let trips = trips_at_error_rate(Some(8), 0.2, 600_000);
+    assert_eq!(Options::default().consecutive_failures, Some(8));
+    let trips = trips_at_error_rate(Options::default().consecutive_failures, 0.2, 600_000);
     assert!(trips < 10, "{trips} trips in 100 minutes: more than once per 10 minutes");
     assert!(trips_at_error_rate(Some(5), 0.2, 600_000) > 50, "a streak of 5 would trip all the time");
     assert_eq!(trips_at_error_rate(None, 0.2, 600_000), 0, "the window's 50 % is never reached");
