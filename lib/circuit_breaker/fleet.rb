@@ -218,8 +218,9 @@ class CircuitBreaker
 
       # Runs the threads, and sends within this slot (not at its end).
       def start
-        ensure_thread
-        wake
+        # A new thread sends at once by itself; a wake then would pull a
+        # second send and leave the rest of its first slot quiet.
+        wake unless ensure_thread
       end
 
       # Sends soon, within the budget: at once unless this slot's send
@@ -270,11 +271,12 @@ class CircuitBreaker
         @process_id = "#{Socket.gethostname}:#{Process.pid}:#{SecureRandom.hex(4)}"
       end
 
+      # @return [Boolean] whether it started the threads
       def ensure_thread
-        return if @thread&.alive?
+        return false if @thread&.alive?
 
         @lock.synchronize do
-          return if @thread&.alive?
+          return false if @thread&.alive?
 
           @thread = Thread.new { run }
           @thread.name = "circuit_breaker fleet"
@@ -285,6 +287,7 @@ class CircuitBreaker
           @notifier = Thread.new { notify }
           @notifier.name = "circuit_breaker fleet events"
           @notifier.report_on_exception = $VERBOSE
+          true
         end
       end
 
