@@ -144,6 +144,8 @@ class CircuitBreaker
           settings.delete(:username) unless settings[:password]
           settings[:ssl] = true if client.respond_to?(:scheme) && client.scheme == "rediss"
           settings[:ssl] = true if client.respond_to?(:ssl) && client.ssl == true
+          # redis-client (redis-rb 5's client) keeps it in its config only.
+          settings[:ssl] = true if client.respond_to?(:config) && client.config.respond_to?(:ssl) && client.config.ssl == true
           settings.freeze
         end
       end

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "circuit_breaker/fleet"
+
 # `fleet:` and `fleet_interval:` checked before any breaker or thread
 # exists (docs/fleet.md). No Redis needed: nothing here connects.
 RSpec.describe "CircuitBreaker.new(fleet:, fleet_interval:)" do
@@ -47,6 +49,19 @@ RSpec.describe "CircuitBreaker.new(fleet:, fleet_interval:)" do
     expect(settings).to eq(path: "/tmp/none.sock", db: 3)
     expect(interval).to eq(0.1)
     expect(client.connected?).to be_falsey # redis-rb 5: nil before a first command
+  end
+
+  it "keeps TLS from a redis-rb client (4.8: its scheme; 5: its redis-client config) and from a RedisClient" do
+    require "redis"
+    settings, = CircuitBreaker::Fleet.settings(Redis.new(url: "rediss://cache.internal:6380"), nil)
+    expect(settings).to include(host: "cache.internal", port: 6380, ssl: true)
+    begin
+      require "redis_client"
+    rescue LoadError
+      next # Debian 12: no redis-client
+    end
+    settings, = CircuitBreaker::Fleet.settings(RedisClient.new(host: "cache.internal", port: 6380, ssl: true), nil)
+    expect(settings).to include(host: "cache.internal", port: 6380, ssl: true)
   end
 
   it "reads host, port, db and password from a redis:// URL" do
