@@ -9,6 +9,12 @@
 //! other bits count rings. A failure costs one atomic load unless armed;
 //! the first failure after arming clears `ARMED`, counts a ring and wakes
 //! every waiter (a system call), so a burst of failures rings once.
+//!
+//! The file goes with the processes that map it, as shared records do
+//! (docs/shared.md): it is opened under the `INIT` lock and mapped with the
+//! `IN_USE` lock held, and the cleanup of unused files removes it once no
+//! process maps it (its first bytes are zero, as a record's that was never
+//! built: the word lies past them).
 
 use std::path::Path;
 use std::ptr::NonNull;
@@ -16,13 +22,22 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::{c_path, os_error, private_dir::ensure_private, Fd};
+use std::sync::atomic::AtomicBool;
+
+use super::file::{INIT, IN_USE};
+use super::{c_path, os_error, private_dir::ensure_private, range_lock, range_lock_within, still_at, Fd};
+use crate::shm::dir::file_prefix;
 use crate::shm::{shm_dir, ShmError};
 
 const ARMED: u32 = 1;
 const RING: u32 = 2;
 /// The file's length: one page.
 const LEN: usize = 4096;
+/// Where the word lies: past the bytes the cleanup reads as a record's magic.
+const WORD_AT: usize = 64;
+/// How long opening waits for another process's `INIT` step (microseconds
+/// long): a stopped process holding it costs this process its doorbell.
+const OPEN_WAIT: i64 = 100_000_000;
 
 /// A mapped doorbell word.
 #[derive(Debug)]
@@ -45,7 +60,7 @@ impl Doorbell {
         HOST.get_or_init(|| {
             let dir = shm_dir();
             ensure_private(&dir).ok()?;
-            Doorbell::open(&dir.join("fleet-doorbell")).ok()
+            Doorbell::open(&dir.join(format!("{}fleet-doorbell", file_prefix()))).ok()
         })
         .as_ref()
     }
@@ -55,27 +70,43 @@ impl Doorbell {
     pub fn open(path: &Path) -> Result<Doorbell, ShmError> {
         let shown = path.display();
         let cpath = c_path(path)?;
-        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // SAFETY: `cpath` is a C string.
-        let fd = Fd(unsafe { libc::open(cpath.as_ptr(), flags, 0o600) });
-        if fd.0 < 0 {
-            return Err(os_error(format!("cannot open {shown}")));
+        let lock_error = |e| ShmError::Io { context: format!("cannot lock {shown}"), source: e };
+        let stop = AtomicBool::new(false);
+        loop {
+            let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+            // SAFETY: `cpath` is a C string.
+            let fd = Fd(unsafe { libc::open(cpath.as_ptr(), flags, 0o600) });
+            if fd.0 < 0 {
+                return Err(os_error(format!("cannot open {shown}")));
+            }
+            range_lock_within(fd.0, INIT, libc::F_WRLCK, OPEN_WAIT, &stop).map_err(lock_error)?;
+            if !still_at(fd.0, &cpath) {
+                continue; // removed by another process's cleanup meanwhile
+            }
+            // Growing to the same length twice is harmless: the word stays.
+            // SAFETY: `fd` is open for writing.
+            if unsafe { libc::ftruncate(fd.0, LEN as libc::off_t) } != 0 {
+                return Err(os_error(format!("cannot size {shown}")));
+            }
+            // SAFETY: a new shared mapping of the file's first page, never
+            // unmapped while the value lives.
+            let ptr = unsafe {
+                libc::mmap(std::ptr::null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0)
+            };
+            if ptr == libc::MAP_FAILED {
+                return Err(os_error(format!("cannot map {shown}")));
+            }
+            // SAFETY: inside the page just mapped, 4-aligned.
+            let word = NonNull::new(unsafe { (ptr as *mut u8).add(WORD_AT) } as *mut AtomicU32)
+                .ok_or_else(|| os_error(format!("cannot map {shown}")))?;
+            let bell = Doorbell { word };
+            // The mapping keeps this open file description, and so its
+            // IN_USE lock, once `fd` closes (as a MappedRecord's).
+            range_lock_within(fd.0, IN_USE, libc::F_RDLCK, OPEN_WAIT, &stop).map_err(lock_error)?;
+            range_lock(fd.0, INIT, libc::F_UNLCK)
+                .map_err(|e| ShmError::Io { context: format!("cannot unlock {shown}"), source: e })?;
+            return Ok(bell);
         }
-        // Growing to the same length twice is harmless: the word stays.
-        // SAFETY: `fd` is open for writing.
-        if unsafe { libc::ftruncate(fd.0, LEN as libc::off_t) } != 0 {
-            return Err(os_error(format!("cannot size {shown}")));
-        }
-        // SAFETY: a new shared mapping of the file's first page, never
-        // unmapped while the value lives.
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0)
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(os_error(format!("cannot map {shown}")));
-        }
-        let word = NonNull::new(ptr as *mut AtomicU32).ok_or_else(|| os_error(format!("cannot map {shown}")))?;
-        Ok(Doorbell { word })
     }
 
     fn word(&self) -> &AtomicU32 {
@@ -136,8 +167,9 @@ impl Doorbell {
 
 impl Drop for Doorbell {
     fn drop(&mut self) {
-        // SAFETY: the mapping `open` made, unmapped once.
-        unsafe { libc::munmap(self.word.as_ptr() as *mut libc::c_void, LEN) };
+        // SAFETY: the mapping `open` made (the word lies WORD_AT into it),
+        // unmapped once.
+        unsafe { libc::munmap((self.word.as_ptr() as *mut u8).sub(WORD_AT) as *mut libc::c_void, LEN) };
     }
 }
 
@@ -161,6 +193,22 @@ mod tests {
         assert!(!bell.ring(), "rung already: a burst rings once");
         assert_eq!(Doorbell::rings(bell.load()), before.wrapping_add(1));
         let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn the_cleanup_removes_it_once_no_process_maps_it() {
+        let dir = std::env::temp_dir().join(format!("cb-doorbell-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}fleet-doorbell", file_prefix()));
+        let bell = Doorbell::open(&path).unwrap();
+        bell.arm();
+        assert!(bell.ring());
+        crate::shm::remove_unused(&dir, Path::new(""));
+        assert!(path.exists(), "mapped: kept");
+        drop(bell);
+        crate::shm::remove_unused(&dir, Path::new(""));
+        assert!(!path.exists(), "unused: removed");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
