@@ -11,16 +11,6 @@ RSpec.describe "CircuitBreaker fleet: the host's doorbell", :redis, :shared_memo
 
   after { CircuitBreaker::Fleet.stop_all }
 
-  def wait_for(what, deadline: 10)
-    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
-    until (value = yield)
-      raise "#{what}: not within #{deadline}s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
-
-      sleep 0.02
-    end
-    value
-  end
-
   it "sends a failure recorded in a process that does not send, long before the sender's 30 s slot ends" do
     # The sender: this process, the first to use the breaker; it sends at
     # once, then waits for its 30 s slot.
@@ -42,7 +32,7 @@ RSpec.describe "CircuitBreaker fleet: the host's doorbell", :redis, :shared_memo
     done_r.close
     begin
       # Another process recorded it; the sender's slot ends in 30 s.
-      wait_for("the other process's failure sent by the sender") { failures.() == [1] }
+      wait_for("the other process's failure sent by the sender", deadline: 10) { failures.() == [1] }
     ensure
       done_w.close
       Process.wait(other)

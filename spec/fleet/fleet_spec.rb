@@ -14,16 +14,6 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
 
   after { CircuitBreaker::Fleet.stop_all }
 
-  def wait_for(what, deadline: DEADLINE)
-    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
-    until (value = yield)
-      raise "#{what}: not within #{deadline}s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
-
-      sleep 0.02
-    end
-    value
-  end
-
   def fleet_breaker(**options)
     CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, **options)
   end

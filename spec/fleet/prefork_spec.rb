@@ -9,21 +9,9 @@ require "circuit_breaker/fleet"
 # thread; a stuck shared: lock holds up no other breaker's sends; a breaker
 # whose syncer no longer runs is not :connected.
 RSpec.describe "CircuitBreaker fleet: processes", :redis do
-  DEADLINE_PREFORK = 30
-
   let!(:name) { "prefork-#{SecureRandom.hex(4)}" } # before any fork
 
   after { CircuitBreaker::Fleet.stop_all }
-
-  def wait_for(what, deadline: DEADLINE_PREFORK)
-    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
-    until (value = yield)
-      raise "#{what}: not within #{deadline}s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
-
-      sleep 0.02
-    end
-    value
-  end
 
   # The key of `breaker`'s hosts' reports (its name is this example's own).
   def hosts_key(breaker)

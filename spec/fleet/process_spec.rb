@@ -6,21 +6,9 @@ require "circuit_breaker/fleet"
 # name, its keys' environment, its status before the first reply, the
 # registry's fleet: option, and listeners that raise anything.
 RSpec.describe "CircuitBreaker fleet: in one process", :redis do
-  DEADLINE_IN_PROCESS = 30
-
   let(:name) { "fleet-#{SecureRandom.hex(4)}" }
 
   after { CircuitBreaker::Fleet.stop_all }
-
-  def wait_for(what, deadline: DEADLINE_IN_PROCESS)
-    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
-    until (value = yield)
-      raise "#{what}: not within #{deadline}s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
-
-      sleep 0.02
-    end
-    value
-  end
 
   def with_env(vars)
     saved = vars.keys.to_h { |k| [k, ENV.fetch(k, nil)] }

@@ -14,16 +14,6 @@ RSpec.describe "CircuitBreaker fleet: at scale", :redis do
 
   after { CircuitBreaker::Fleet.stop_all }
 
-  def wait_for(what, deadline: 30)
-    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
-    until (value = yield)
-      raise "#{what}: not within #{deadline}s" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
-
-      sleep 0.02
-    end
-    value
-  end
-
   # The key of `breaker`'s hosts' reports (its name is this example's own).
   def hosts_key(breaker)
     wait_for("#{breaker.name}'s keys") { redis_server.command("KEYS", "circuit_breaker:*{#{breaker.name}:*}:hosts").first }
