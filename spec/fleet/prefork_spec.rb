@@ -2,7 +2,7 @@
 
 require "circuit_breaker/fleet"
 
-# SPEC §5.2's process rules with forked processes (docs/fleet.md,
+# The fleet's process rules with forked processes (docs/fleet.md,
 # "Processes"): a preforking server's master that only boots joins no
 # fleet and starts no thread; a forked child reports its own calls only;
 # one report per process and fleet breaker; listeners run off the syncer's

@@ -2,7 +2,7 @@
 
 require "circuit_breaker/fleet"
 
-# SPEC §5.2's process rules that need no forked host: a fleet breaker's
+# The fleet's process rules (docs/fleet.md) that need no forked host: a fleet breaker's
 # name, its keys' environment, its status before the first reply, the
 # registry's fleet: option, and listeners that raise anything.
 RSpec.describe "CircuitBreaker fleet: in one process", :redis do
