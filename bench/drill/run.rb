@@ -34,6 +34,7 @@ require "rbconfig"
 require "rubygems"
 require "socket"
 require "tmpdir"
+require_relative "../../spec/support/db_servers"
 require_relative "../../spec/support/redis_server"
 
 module Drill
@@ -162,7 +163,7 @@ module Drill
                              *lengths.map(&:to_s), HANG.to_s, pgroup: true, out: File::NULL)
     wait_for("the upstream") { File.exist?(upstream_port_file) }
     upstream_port = Integer(File.read(upstream_port_file))
-    port = free_port
+    port = DbServers.free_port
     log = File.join(dir, "puma.log")
     app_env = env.merge("DRILL_PORT" => port.to_s, "DRILL_UPSTREAM" => "http://127.0.0.1:#{upstream_port}/",
                         "DRILL_NAME" => "drill-#{Process.pid}-#{id}", "RAILS_ENV" => nil, "APP_ENV" => nil,
@@ -223,13 +224,6 @@ module Drill
     Net::HTTP.start("127.0.0.1", port, open_timeout: timeout, read_timeout: timeout) { |http| http.get(path) }
   rescue StandardError
     nil
-  end
-
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
   end
 
   def wait_for(what)
