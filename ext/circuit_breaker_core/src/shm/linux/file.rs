@@ -80,7 +80,14 @@ impl MappedRecord {
             // SAFETY: `cpath` is a C string.
             let fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
             if fd < 0 {
-                return Err(os_error(format!("cannot open {shown}")));
+                let e = io::Error::last_os_error();
+                // ELOOP is O_NOFOLLOW's answer for a link at the path (the
+                // directory above is private and no link, ensure_private):
+                // refused like any file that is not a private regular one.
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    return Err(ShmError::NotPrivate(path.to_owned()));
+                }
+                return Err(ShmError::Io { context: format!("cannot open {shown}"), source: e });
             }
             let fd = Fd(fd);
             range_lock_within(fd.0, INIT, libc::F_WRLCK, OPEN_WAIT, stop).map_err(lock_error)?;

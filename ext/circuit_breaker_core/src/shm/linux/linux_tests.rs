@@ -144,7 +144,13 @@ fn a_link_or_a_file_open_to_others_is_refused() {
     let k = key("p", 7, &SPEC);
     let p = d.join(k.path().unwrap().file_name().unwrap());
     std::os::unix::fs::symlink("/tmp/cb-link-target-never-created", &p).unwrap();
-    assert!(open_at(&k, &p).is_err());
+    assert!(matches!(open_at(&k, &p), Err(ShmError::NotPrivate(at)) if at == p), "a link is not a private file");
+    let target = d.join("target");
+    std::fs::write(&target, b"").unwrap();
+    let _ = std::fs::remove_file(&p);
+    std::os::unix::fs::symlink(&target, &p).unwrap();
+    assert!(matches!(open_at(&k, &p), Err(ShmError::NotPrivate(_))), "nor a link to a file of ours");
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 0, "the link is not followed");
     let _ = std::fs::remove_file(&p);
     std::fs::write(&p, b"").unwrap();
     use std::os::unix::fs::PermissionsExt;
