@@ -3,7 +3,7 @@
 require "socket"
 require "securerandom"
 require "uri"
-require "circuit_breaker/fleet_connection"
+require "circuit_breaker/fleet/connection"
 
 class CircuitBreaker
   # One breaker across hosts on Redis, with Redis never on the call path
