@@ -1,69 +1,9 @@
 # frozen_string_literal: true
 
 require "circuit_breaker"
+require "circuit_breaker/rejection"
 
 class CircuitBreaker
-  # Included in the error each adapter raises when its breaker rejects a
-  # call. That error is a subclass of the library's own connection error
-  # (so an app's existing `rescue Redis::BaseConnectionError` keeps
-  # degrading) and carries what {CircuitBreaker::OpenError} carries.
-  # Ruby gives a class one superclass, so `rescue CircuitBreaker::OpenError`
-  # (and `rescue CircuitBreaker::Error`) recognise these errors through
-  # `===`, which the first adapter required extends (docs/adapters.md,
-  # "Rejections"). `is_a?(CircuitBreaker::OpenError)` stays false: ask
-  # `is_a?(CircuitBreaker::Rejection)`.
-  module Rejection
-    # The readers: `breaker_name` (String, nil), `state` (:open,
-    # :half_open or :forced_open) and `retry_after` (Float seconds until
-    # the breaker may admit this caller again; nil when forced open).
-
-    # @param open_error [CircuitBreaker::OpenError, String, nil] the
-    #   breaker's rejection; a String is the message (a library that
-    #   re-raises errors as its own classes, like redis-rb 5, passes one:
-    #   the readers then answer from the `cause`)
-    def initialize(open_error = nil)
-      if open_error.is_a?(OpenError)
-        @breaker_name = open_error.breaker_name
-        @state = open_error.state
-        @retry_after = open_error.retry_after
-        super(open_error.message)
-      else
-        super(open_error || "circuit is open")
-      end
-    end
-
-    def breaker_name
-      defined?(@state) ? @breaker_name : from_cause(:breaker_name)
-    end
-
-    def state
-      defined?(@state) ? @state : (from_cause(:state) || :open)
-    end
-
-    def retry_after
-      defined?(@state) ? @retry_after : from_cause(:retry_after)
-    end
-
-    private
-
-    def from_cause(reader)
-      cause.respond_to?(reader) ? cause.public_send(reader) : nil
-    end
-  end
-
-  # Prepended to `CircuitBreaker::Error`'s singleton class (so that
-  # `OpenError`, which inherits it, sees it too) by `require`ing an adapter:
-  # the gem alone keeps Ruby's own `Module#===` on its rejection path.
-  #
-  # @api private
-  module RejectionMatching
-    def ===(other)
-      super || ((equal?(OpenError) || equal?(Error)) && Rejection === other)
-    end
-  end
-  Error.singleton_class.prepend(RejectionMatching) unless Error.singleton_class < RejectionMatching
-  private_constant :RejectionMatching
-
   # What the adapters share: running a call through a breaker with their own
   # idea of failure, and the capped set of breakers they create on their own
   # (docs/adapters.md).
@@ -169,103 +109,8 @@ class CircuitBreaker
       end
       list.freeze
     end
-
-    # The class methods of an adapter that creates breakers by itself, over
-    # its {BreakerSet} in `@breakers`: each such adapter extends it.
-    module OwnBreakers
-      # @return [Integer] how many keyed breakers the adapter may create
-      #   (default 100); later keys share "<adapter>:overflow"
-      def max_breakers
-        @breakers.max
-      end
-
-      # @param max [Integer] 1..1_000_000
-      def max_breakers=(max)
-        @breakers.max = max
-      end
-
-      # Forgets the breakers the adapter created (for test suites; the
-      # registry keeps them until `CircuitBreaker.forget_all!`). Clients
-      # find theirs again at their next call.
-      # @return [nil]
-      def clear!
-        @breakers.clear
-        nil
-      end
-
-      # Moves on at each {clear!}.
-      # @api private
-      def generation
-        @breakers.generation
-      end
-    end
-
-    # The breakers one adapter creates, keyed ("host:port", a socket path,
-    # a database), at most `max` of them; past it, one overflow breaker.
-    # Names are "<adapter>:<key>" and "<adapter>:overflow"; they are
-    # registry breakers ({CircuitBreaker.for}), so `CircuitBreaker.configure`
-    # defaults apply. A `window:` option is a template: each breaker gets a
-    # window of its own with the same settings.
-    #
-    # @api private
-    class BreakerSet
-      # @return [Integer] moves on at each {clear}: clients that memoised a
-      #   breaker of the set look it up again
-      attr_reader :max, :generation
-
-      def initialize(prefix)
-        @prefix = prefix
-        @max = DEFAULT_MAX_BREAKERS
-        @lock = Mutex.new
-        @generation = 0
-        clear
-      end
-
-      # @param max [Integer] 1..1_000_000
-      def max=(max)
-        unless max.is_a?(Integer) && max.between?(1, 1_000_000)
-          raise ArgumentError, "#{@prefix}: max_breakers must be an Integer in 1..1_000_000 (got #{max.inspect})"
-        end
-
-        @max = max
-      end
-
-      # Forgets the breakers this set created (the registry keeps them
-      # until `CircuitBreaker.forget_all!`).
-      def clear
-        @lock.synchronize do
-          @breakers = {}
-          @overflow = nil
-          @generation += 1
-        end
-      end
-
-      # @return [CircuitBreaker] the breaker of `key`, created with `options`
-      #   on first use
-      def fetch(key, options)
-        @breakers[key] || @lock.synchronize do
-          @breakers[key] || if @breakers.size < @max
-                              @breakers[key] = CircuitBreaker.for("#{@prefix}:#{key}", **Adapters.options_for_one(options))
-                            else
-                              overflow(key, options)
-                            end
-        end
-      end
-
-      # @return [Integer] how many keyed breakers exist (the overflow aside)
-      def size
-        @breakers.size
-      end
-
-      private
-
-      def overflow(key, options)
-        @overflow ||= begin
-          warn "circuit_breaker: #{@prefix} has #{@max} breakers (max_breakers); #{key} and every later one " \
-               "share the breaker #{@prefix}:overflow (docs/adapters.md)"
-          CircuitBreaker.for("#{@prefix}:overflow", **Adapters.options_for_one(options))
-        end
-      end
-    end
   end
 end
+
+require "circuit_breaker/adapters/own_breakers"
+require "circuit_breaker/adapters/breaker_set"
