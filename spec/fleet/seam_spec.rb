@@ -88,6 +88,6 @@ RSpec.describe "The fleet's wire format", :redis do
     lib = File.expand_path("../../lib", __dir__)
     out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-e", script, redis_server.url)
     expect(status).to be_success, out
-    expect(out.lines.map(&:chomp)).to eq(["[0, 0]", "[2, 1]"]) # fleet.rb and fleet_connection.rb
+    expect(out.lines.map(&:chomp)).to eq(["[0, 0]", "[5, 1]"]) # fleet.rb and the four files of fleet/
   end
 end
