@@ -31,6 +31,7 @@ Gem::Specification.new do |spec|
   spec.files = Dir[
     "lib/**/*.rb",
     "lib/**/*.lua", # the fleet's Redis script (lib/circuit_breaker/fleet.rb reads it)
+    "lib/circuit_breaker/dashboard/page.html.erb", # the status page (lib/circuit_breaker/dashboard/page.rb renders it)
     "sig/**/*.rbs",
     "ext/circuit_breaker/extconf.rb",
     "ext/*/Cargo.toml",

@@ -1,9 +1,6 @@
 # frozen_string_literal: true
 
-require "cgi"
 require "json"
-require "openssl"
-require "securerandom"
 require "socket"
 require "rack/request"
 require "rack/utils"
@@ -49,10 +46,6 @@ class CircuitBreaker
   class Dashboard
     # The actions, by path segment: each calls the breaker's method of that name.
     ACTIONS = { "trip" => :trip!, "reset" => :reset!, "force_open" => :force_open!, "disable" => :disable! }.freeze
-    STATES = %i[closed half_open open forced_open disabled].freeze
-    COLORS = { closed: "#2e7d32", half_open: "#f9a825", open: "#c62828", forced_open: "#6a1b9a",
-               disabled: "#757575" }.freeze
-    COOKIE = "circuit_breaker_csrf"
     SECURITY_HEADERS = {
       "cache-control" => "no-store",
       "x-content-type-options" => "nosniff",
@@ -61,7 +54,7 @@ class CircuitBreaker
       "content-security-policy" =>
         "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'"
     }.freeze
-    private_constant :STATES, :COLORS, :COOKIE, :SECURITY_HEADERS
+    private_constant :SECURITY_HEADERS
 
     # @param authorize [#call, nil] called with the Rack::Request (and, when
     #   it takes more than one argument, the action Symbol and the breaker
@@ -82,7 +75,7 @@ class CircuitBreaker
     # @raise [TypeError] a hook or source that cannot be called, or bad numbers
     def initialize(authorize: nil, breakers: -> { CircuitBreaker.registry }, history_seconds: 600, refresh: 5, secret: nil,
                    labels: {})
-      raise TypeError, "authorize: must respond to call (got #{authorize.inspect})" unless authorize.nil? || authorize.respond_to?(:call)
+      authorization = Authorization.new(authorize)
       unless breakers.is_a?(Hash) || breakers.respond_to?(:call)
         raise TypeError, "breakers: must be a Hash of name => CircuitBreaker or respond to call (got #{breakers.class})"
       end
@@ -100,13 +93,11 @@ class CircuitBreaker
 
       Prometheus.render({}, labels: labels) # checks them, naming the option
       @labels = labels.dup.freeze
-      @secret = secret || default_secret
-      @authorize = authorize
+      @csrf = CSRF.new(secret)
+      @authorization = authorization
       @breakers = breakers
-      @history_seconds = history_seconds
-      @refresh = refresh
-      @history = {}
-      @lock = Mutex.new
+      @history = History.new(history_seconds)
+      @page = Page.new(@history, refresh)
     end
 
     # The Rack interface.
@@ -155,7 +146,7 @@ class CircuitBreaker
       {
         host: Socket.gethostname, pid: Process.pid,
         breakers: snapshots.map do |name, m|
-          { name: Text.utf8(name), scope: m[:scope], seen_by: seen_by(m), metrics: m, history: history_of(name) }
+          { name: Text.utf8(name), scope: m[:scope], seen_by: seen_by(m), metrics: m, history: @history.of(name) }
         end
       }
     end
@@ -168,29 +159,12 @@ class CircuitBreaker
 
     # name => metrics, read once per request; each read is also a history sample.
     def snapshots
-      now = monotonic
+      now = @history.now
       breakers.map do |name, breaker|
         m = breaker.metrics
-        sample(name, m[:state], now)
+        @history.sample(name, m[:state], now)
         [name, m]
       end
-    end
-
-    def sample(name, state, now)
-      @lock.synchronize do
-        list = (@history[name] ||= [])
-        list << [now, state] unless list.last&.last == state
-        # Keep the newest change older than the chart's start: it says what
-        # the state was at the left edge.
-        list.shift while list.size > 1 && list[1].first <= now - @history_seconds
-        list.shift while list.size > 500
-      end
-    end
-
-    # [{ state:, seconds_ago: }] of the state changes the app saw, oldest first.
-    def history_of(name)
-      now = monotonic
-      (@lock.synchronize { @history[name]&.dup } || []).map { |t, s| { state: s, seconds_ago: (now - t).round(3) } }
     end
 
     def action(request, name, action)
@@ -199,30 +173,25 @@ class CircuitBreaker
       unless request.post?
         return text(405, "#{request.request_method} not allowed: actions are POST only", "allow" => "POST")
       end
-      return text(403, "actions are disabled: give CircuitBreaker::Dashboard.new an authorize: hook") unless @authorize
+      return text(403, "actions are disabled: give CircuitBreaker::Dashboard.new an authorize: hook") unless @authorization.enabled?
 
       form = form_of(request)
       return text(400, "unreadable form body") unless form
-      return text(403, "refused: invalid or missing CSRF token") unless csrf_ok?(request, form)
+      return text(403, "refused: invalid or missing CSRF token") unless @csrf.ok?(request, form)
 
       name, breaker = find(name)
       return text(404, "no breaker named #{Text.utf8(name).inspect}") unless breaker
-      return text(403, "refused by the authorize: hook") unless authorized?(request, method, name)
+      return text(403, "refused by the authorize: hook") unless @authorization.allows?(request, method, name)
 
       # With shared: the record every process maps; with fleet: the breaker
       # carries the action to the fleet itself (docs/fleet.md).
       breaker.public_send(method)
-      sample(name, breaker.metrics[:state], monotonic)
+      @history.sample(name, breaker.metrics[:state], @history.now)
       if request.get_header("HTTP_ACCEPT").to_s.include?("application/json")
         json(200, { name: Text.utf8(name), action: action, metrics: breaker.metrics })
       else
         [303, SECURITY_HEADERS.merge("location" => "#{request.script_name}/", "content-type" => "text/plain"), []]
       end
-    end
-
-    def authorized?(request, method, name)
-      args = @authorize.respond_to?(:arity) && @authorize.arity == 1 ? [request] : [request, method.to_s.chomp("!").to_sym, name]
-      @authorize.call(*args) ? true : false
     end
 
     # [name, breaker] of the name a request gave (the bytes it stands for
@@ -242,137 +211,12 @@ class CircuitBreaker
       nil
     end
 
-    # The token: it must be one this dashboard issued (its signature), and
-    # the form or header must repeat the cookie's. An equal pair that was
-    # never issued (a cookie planted by a sibling subdomain) is refused.
-    def csrf_ok?(request, form)
-      cookie = request.cookies[COOKIE].to_s
-      given = (request.get_header("HTTP_X_CSRF_TOKEN") || form["csrf_token"]).to_s
-      return false unless issued?(cookie) && Rack::Utils.secure_compare(cookie, given)
-      return false if request.get_header("HTTP_SEC_FETCH_SITE").to_s == "cross-site"
-
-      origin = request.get_header("HTTP_ORIGIN")
-      origin.nil? || origin == request.base_url
-    end
-
-    # A token: 32 random bytes and their HMAC-SHA256 under the secret, in hex.
-    def issue_token
-      nonce = SecureRandom.hex(32)
-      "#{nonce}#{OpenSSL::HMAC.hexdigest('SHA256', @secret, nonce)}"
-    end
-
-    def issued?(token)
-      return false unless token.match?(/\A\h{128}\z/)
-
-      Rack::Utils.secure_compare(OpenSSL::HMAC.hexdigest("SHA256", @secret, token[0, 64]), token[64, 64])
-    end
-
-    # Rails' secret_key_base, else SECRET_KEY_BASE, else this process's own
-    # (tokens then hold only in the process that issued them).
-    def default_secret
-      rails = defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application
-      from_rails = rails.respond_to?(:secret_key_base) ? rails.secret_key_base : nil
-      [from_rails, ENV["SECRET_KEY_BASE"]].find { |s| s.is_a?(String) && s.bytesize >= 16 } || SecureRandom.bytes(32)
-    end
-
     def page(request)
       return text(405, "#{request.request_method} not allowed here: GET", "allow" => "GET, HEAD") unless request.get? || request.head?
 
-      token = request.cookies[COOKIE].to_s
-      token = issue_token unless issued?(token)
       headers = SECURITY_HEADERS.merge("content-type" => "text/html; charset=utf-8")
-      Rack::Utils.set_cookie_header!(headers, COOKIE,
-                                     value: token, path: request.script_name.empty? ? "/" : request.script_name,
-                                     httponly: true, same_site: :strict, secure: request.ssl?)
-      [200, headers, [html(request, token)]]
-    end
-
-    def html(request, token)
-      base = request.script_name
-      rows = snapshots.map { |name, m| row(base, name, m, token) }.join
-      refresh = @refresh ? %(<meta http-equiv="refresh" content="#{@refresh}">) : ""
-      <<~HTML
-        <!DOCTYPE html>
-        <html lang="en"><head><meta charset="utf-8">#{refresh}
-        <title>Circuit breakers</title>
-        <style>
-          body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
-          table { border-collapse: collapse; }
-          th, td { padding: .35em .6em; border-bottom: 1px solid #ddd; text-align: right; vertical-align: middle; }
-          th:first-child, td:first-child { text-align: left; }
-          .state { color: #fff; border-radius: 3px; padding: .1em .5em; font-weight: 600; }
-          form { display: inline; } button { margin: 0 .1em; } td:last-child { white-space: nowrap; }
-          .legend span { margin-right: 1em; }
-        </style></head>
-        <body>
-        <h1>Circuit breakers</h1>
-        <p class="served">served by pid #{Process.pid} on #{CGI.escapeHTML(Socket.gethostname)}: a breaker of scope
-        "this worker only" shows and changes this process's state only; a host-wide one, every process's of this host</p>
-        <p class="legend">#{STATES.map { |s| %(<span><span class="state" style="background:#{COLORS[s]}">#{s}</span></span>) }.join}
-        recent states: up to the last #{format_seconds(@history_seconds)}, as this process saw them</p>
-        <table>
-        <thead><tr><th>breaker</th><th>state</th><th>retry after</th><th>error rate</th><th>slow-call rate</th>
-        <th>opened by</th><th>calls</th><th>successes</th><th>failures</th><th>slow</th><th>rejected</th><th>opened</th>
-        <th>scope</th><th>recent states</th><th>actions</th></tr></thead>
-        <tbody>
-        #{rows.empty? ? '<tr><td colspan="15">no breakers registered</td></tr>' : rows}
-        </tbody></table>
-        </body></html>
-      HTML
-    end
-
-    def row(base, name, m, token)
-      h = ->(v) { CGI.escapeHTML(Text.utf8(v)) }
-      query = "?name=#{Rack::Utils.escape(Text.bytes(name))}"
-      tripped = m[:tripped_error_rate] ? "#{percent(m[:tripped_error_rate])} errors, #{percent(m[:tripped_slow_call_rate])} slow" : "—"
-      buttons = ACTIONS.keys.map do |action|
-        %(<form method="post" action="#{h.("#{base}/breakers/#{action}#{query}")}"><input type="hidden" name="csrf_token" value="#{token}">) +
-          %(<button type="submit" data-breaker="#{h.(name)}">#{action.tr('_', ' ')}</button></form>)
-      end.join
-      cells = [
-        %(<span class="state" style="background:#{COLORS.fetch(m[:state], '#000')}">#{h.(m[:state])}</span>),
-        { open: "#{format('%.1f', m[:retry_after] || 0)} s", forced_open: "until reset" }.fetch(m[:state], "—"),
-        "#{percent(m[:error_rate])} of #{m[:total]}", percent(m[:slow_call_rate]), tripped,
-        m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened],
-        %(<span class="scope" data-scope="#{h.(m[:scope])}">) +
-          %(#{h.(m[:scope] == :host ? 'host-wide' : "this worker only (pid #{Process.pid})")}</span>#{fleet(m, h)}),
-        chart(name), buttons
-      ]
-      %(<tr id="breaker-#{h.(name)}" data-state="#{h.(m[:state])}"><td>#{h.(name)}</td>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>\n)
-    end
-
-    # With fleet: its link's status, and why it is degraded.
-    def fleet(metrics, escape)
-      return "" unless metrics[:fleet]
-
-      why = metrics[:fleet_reason] ? ": #{escape.(metrics[:fleet_reason])}" : ""
-      %(<br><span class="fleet" data-fleet="#{escape.(metrics[:fleet])}">fleet #{escape.(metrics[:fleet])}#{why}</span>)
-    end
-
-    # A strip of the states seen, newest right: since the first one seen
-    # (at least a minute), at most history_seconds back.
-    def chart(name)
-      width = 240.0
-      points = history_of(name)
-      span = [[points.first ? points.first[:seconds_ago] : 0.0, 60.0].max, @history_seconds.to_f].min
-      rects = points.each_with_index.map do |p, i|
-        from = [p[:seconds_ago], span].min
-        to = i + 1 < points.size ? points[i + 1][:seconds_ago] : 0.0
-        x = width * (span - from) / span
-        w = [width * (from - to) / span, 1.0].max
-        %(<rect x="#{x.round(1)}" y="0" width="#{w.round(1)}" height="14" fill="#{COLORS.fetch(p[:state], '#000')}">) +
-          %(<title>#{p[:state]} #{format_seconds(p[:seconds_ago])} ago</title></rect>)
-      end
-      %(<svg width="#{width.to_i}" height="14" role="img" aria-label="recent states of #{CGI.escapeHTML(Text.utf8(name))}">) +
-        %(<rect width="#{width.to_i}" height="14" fill="#eee"/>#{rects.join}</svg>)
-    end
-
-    def percent(rate)
-      format("%.1f%%", rate * 100)
-    end
-
-    def format_seconds(s)
-      s >= 120 ? "#{(s / 60.0).round} min" : "#{s.round} s"
+      token = @csrf.token_for(request, headers)
+      [200, headers, [@page.render(request.script_name, token, snapshots)]]
     end
 
     def json(status, document)
@@ -382,9 +226,10 @@ class CircuitBreaker
     def text(status, message, extra = {})
       [status, SECURITY_HEADERS.merge("content-type" => "text/plain; charset=utf-8").merge(extra), ["#{message}\n"]]
     end
-
-    def monotonic
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    end
   end
 end
+
+require "circuit_breaker/dashboard/authorization"
+require "circuit_breaker/dashboard/csrf"
+require "circuit_breaker/dashboard/history"
+require "circuit_breaker/dashboard/page"
