@@ -59,7 +59,7 @@ class CircuitBreaker
 
     private
 
-    # A fleet breaker's link changed (its syncer, lib/circuit_breaker/fleet.rb),
+    # A fleet breaker's link changed (its syncer, lib/circuit_breaker/fleet/syncer.rb),
     # and why when it is :degraded (nil: the process that sends for the
     # host knows): logged once, a warning when degraded (docs/fleet.md,
     # "Degraded mode").

@@ -32,7 +32,7 @@ RSpec.describe CircuitBreaker, "stores" do
 
     # Each example's breaker has a name of its own (the `name` of the
     # contract), so its fleet keys are its own too. The interval gives
-    # sends the longest timeout (0.25 s, lib/circuit_breaker/fleet.rb), so
+    # sends the longest timeout (0.25 s, lib/circuit_breaker/fleet/syncer.rb), so
     # a loaded machine rarely makes a send fail; `settle` wakes the syncer
     # rather than waiting for it.
     def store_options = { fleet: redis_server.url, fleet_interval: 0.2 }
@@ -44,7 +44,7 @@ RSpec.describe CircuitBreaker, "stores" do
 
     # Three syncer slots from now: the second one's report was taken after
     # this call, and its reply was applied before the third began
-    # (lib/circuit_breaker/fleet.rb, Syncer#sync_once). A send that failed
+    # (lib/circuit_breaker/fleet/syncer.rb, Syncer#sync_once). A send that failed
     # meanwhile detached the host from the fleet (docs/fleet.md, "Degraded
     # mode"): the example then says nothing about the fleet, and is skipped.
     def settle(_breaker)

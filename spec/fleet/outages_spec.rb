@@ -18,7 +18,7 @@ RSpec.describe "CircuitBreaker fleet: outages", :redis do
     redis_server.unlimit_memory
   end
 
-  # The longest send timeout (0.25 s, lib/circuit_breaker/fleet.rb): a
+  # The longest send timeout (0.25 s, lib/circuit_breaker/fleet/syncer.rb): a
   # loaded machine rarely fails a send the example did not mean to fail.
   def fleet_breaker(url, suffix, **options)
     CircuitBreaker.new(name: "#{name}-#{suffix}", fleet: url, fleet_interval: 0.2, **options)
