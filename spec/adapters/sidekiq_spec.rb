@@ -117,16 +117,15 @@ RSpec.describe CircuitBreaker::Adapters::Sidekiq::Middleware, :redis do
     %w[up down].each { |name| Sidekiq::Client.push("class" => "RecordingJob", "args" => [name], "circuit_breaker" => name) }
     Sidekiq::Client.push("class" => "RecordingJob", "args" => ["down-10"], "circuit_breaker" => "down",
                          "circuit_breaker_deferrals" => 10)
-    pid = Process.spawn({ "REDIS_URL" => redis_server.url, "RUBYLIB" => lib, "RACK_ENV" => "test" },
-                        RbConfig.ruby, sidekiq, "-r", app, "-c", "1", "-t", "1",
-                        out: File::NULL, err: File::NULL, pgroup: true)
+    pid = ChildProcess.spawn({ "REDIS_URL" => redis_server.url, "RUBYLIB" => lib, "RACK_ENV" => "test" },
+                             RbConfig.ruby, sidekiq, "-r", app, "-c", "1", "-t", "1",
+                             out: File::NULL, err: File::NULL)
     begin
       redis_server.wait_until("Sidekiq ran two jobs and deferred one") do
         redis_server.command("LLEN", "ran") == 2 && redis_server.command("ZCARD", "schedule") == 1
       end
     ensure
-      Process.kill("TERM", pid)
-      Process.wait(pid)
+      ChildProcess.stop(pid, grace: 30) # TERM: Sidekiq's shutdown (-t 1), KILL if it hangs
     end
 
     expect(redis_server.command("LRANGE", "ran", 0, -1)).to contain_exactly("up", "down-10")

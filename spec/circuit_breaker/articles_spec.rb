@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "tmpdir"
 
 # The gem patches nothing global, and the source articles' top-level
@@ -13,7 +12,7 @@ RSpec.describe "top-level names" do
   # symlink, as in rake gem:install_check).
   lib = File.realpath(File.expand_path("../../lib", __dir__))
   run = lambda do |code, *flags|
-    out, err, status = Open3.capture3(RbConfig.ruby, *flags, "-I", lib, "-e", code)
+    out, err, status = ChildProcess.capture3(RbConfig.ruby, *flags, "-I", lib, "-e", code)
     raise "ruby failed:\n#{err}\n#{out}" unless status.success?
 
     [out.strip, err]

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "logger"
-require "open3"
 require "stringio"
 
 # CircuitBreaker.configure and the CIRCUIT_BREAKER_DISABLED kill switch
@@ -107,8 +106,8 @@ RSpec.describe CircuitBreaker, ".configure" do
         p [b.call { 42 }, b.state, b.allow?, b.record_failure, b.open?]
         p b.metrics.slice(:state, :total, :failures, :rejected, :admit_share, :kill_switch)
       RUBY
-      out, status = Open3.capture2e({ "CIRCUIT_BREAKER_DISABLED" => "1" }, RbConfig.ruby, "-I", lib,
-                                    "-rcircuit_breaker", "-e", code)
+      out, status = ChildProcess.capture2e({ "CIRCUIT_BREAKER_DISABLED" => "1" }, RbConfig.ruby, "-I", lib,
+                                           "-rcircuit_breaker", "-e", code)
 
       expect(status).to be_success, out
       expect(out.lines.map(&:strip)).to eq(
@@ -131,7 +130,7 @@ RSpec.describe CircuitBreaker, ".configure" do
         end
         p seen
       RUBY
-      out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-rcircuit_breaker", "-e", code)
+      out, status = ChildProcess.capture2e(RbConfig.ruby, "-I", lib, "-rcircuit_breaker", "-e", code)
 
       expect(status).to be_success, out
       expect(out.strip).to eq(([":disabled"] * 4 + [":closed"] * 5).then do |states|

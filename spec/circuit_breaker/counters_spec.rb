@@ -116,14 +116,13 @@ RSpec.describe CircuitBreaker, "counters" do
     it "are host-wide, marked so, and count every process's calls once" do
       b = CircuitBreaker.new(**options, min_calls: 10, shared: key)
       succeed_calls(b, 2)
-      child = fork do
+      child = ChildProcess.fork do
         # The child's own object over the same file.
         other = CircuitBreaker.new(**options, min_calls: 10, shared: key)
         3.times { other.call { raise BreakerHelpers::Boom } rescue nil } # rubocop:disable Style/RescueModifier
         exit!(other.metrics[:counters] == :host ? 0 : 1)
       end
-      Process.wait(child)
-      expect($?.exitstatus).to eq(0)
+      expect(ChildProcess.finish(child).exitstatus).to eq(0)
       expect(b.metrics).to include(counters: :host, calls: 5, successes: 2, failures_total: 3, opened: 0)
     end
   end

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 
 # ActiveSupport::Duration wherever the gem takes seconds or milliseconds
 # (docs/configuration.md). In a fresh Ruby: ActiveSupport's core extensions
@@ -9,7 +8,7 @@ RSpec.describe "ActiveSupport::Duration options" do
   lib = File.expand_path("../../lib", __dir__)
 
   it "are taken as their seconds (or milliseconds for slow_threshold_ms) everywhere" do
-    out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-e", <<~RUBY)
+    out, status = ChildProcess.capture2e(RbConfig.ruby, "-I", lib, "-e", <<~RUBY)
       require "active_support"
       require "active_support/core_ext/numeric/time"
       require "circuit_breaker"

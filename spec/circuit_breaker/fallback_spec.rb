@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 
 # call(fallback:, fallback_on:) (docs/semantics.md, "Fallback").
 RSpec.describe CircuitBreaker, "#call with fallback:" do
@@ -124,7 +123,7 @@ RSpec.describe CircuitBreaker, "#call with fallback:" do
       b = CircuitBreaker.new(min_calls: 1)
       p [b.call(fallback: ->(_) { :fb }) { 1 }, (b.call(fallback: ->(_) { :fb }, fallback_on: :failure) { raise IOError } rescue $!.class)]
     RUBY
-    out, status = Open3.capture2e({ "CIRCUIT_BREAKER_DISABLED" => "1" }, RbConfig.ruby, "-I", lib, "-rcircuit_breaker", "-e", code)
+    out, status = ChildProcess.capture2e({ "CIRCUIT_BREAKER_DISABLED" => "1" }, RbConfig.ruby, "-I", lib, "-rcircuit_breaker", "-e", code)
 
     expect(status).to be_success, out
     expect(out.strip).to eq("[1, IOError]")

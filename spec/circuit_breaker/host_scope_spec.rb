@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "stringio"
 require "logger"
 require "tmpdir"
@@ -38,7 +37,7 @@ RSpec.describe CircuitBreaker, "host scope", :shm_dir do
   # Runs the block in a forked child; its value comes back through a pipe.
   def in_child
     reader, writer = IO.pipe
-    pid = fork do
+    pid = ChildProcess.fork do
       reader.close
       writer.write(Marshal.dump(yield))
       writer.close
@@ -50,7 +49,7 @@ RSpec.describe CircuitBreaker, "host scope", :shm_dir do
     Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
   ensure
     reader&.close
-    Process.wait(pid) if pid
+    ChildProcess.wait(pid, within: 30) || ChildProcess.stop(pid, signal: :KILL) if pid
   end
 
   describe "the default", :shared_memory do
@@ -125,13 +124,14 @@ RSpec.describe CircuitBreaker, "host scope", :shm_dir do
     def on_tmpfs(options)
       skip "needs root to mount a tmpfs" unless Process.uid.zero?
       Dir.mktmpdir do |dir|
-        out, status = Open3.capture2e("mount", "-t", "tmpfs", "-o", options, "tmpfs", dir)
+        out, status = ChildProcess.capture2e("mount", "-t", "tmpfs", "-o", options, "tmpfs", dir)
         skip "cannot mount a tmpfs here: #{out.strip}" unless status.success?
         begin
           ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
           yield
         ensure
-          system("umount", dir) || system("umount", "-l", dir) # lazily, should a mapping outlive the example
+          # lazily, should a mapping outlive the example
+          ChildProcess.system("umount", dir, within: 30) || ChildProcess.system("umount", "-l", dir, within: 30)
         end
       end
     end
@@ -154,13 +154,13 @@ RSpec.describe CircuitBreaker, "host scope", :shm_dir do
     end
 
     it "falls back when another user made the directory first" do
-      skip "needs root and setpriv to act as a second user" unless Process.euid.zero? && system("command -v setpriv >/dev/null")
+      skip "needs root and setpriv to act as a second user" unless Process.euid.zero? && ChildProcess.installed?("setpriv")
 
       Dir.mktmpdir do |base|
         File.chmod(0o1777, base)
         ENV["CIRCUIT_BREAKER_SHM_DIR"] = base
-        _, status = Open3.capture2e("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                                    "mkdir", File.join(base, "circuit_breaker-#{Process.euid}"))
+        _, status = ChildProcess.capture2e("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                                           "mkdir", File.join(base, "circuit_breaker-#{Process.euid}"))
         expect(status.success?).to be(true)
 
         expect(described_class.for(name_of("planted")).metrics[:scope]).to eq(:process)
@@ -192,7 +192,7 @@ RSpec.describe CircuitBreaker, "host scope", :shm_dir do
         end
         print CircuitBreaker.default_namespace
       RUBY
-      out, status = Open3.capture2e({ "RAILS_ENV" => "production" }, RbConfig.ruby, "-I", lib, "-e", script)
+      out, status = ChildProcess.capture2e({ "RAILS_ENV" => "production" }, RbConfig.ruby, "-I", lib, "-e", script)
 
       expect(status.success?).to be(true), out
       expect(out).to match(/\Aapp\.Shop\.\h{8}\.production\z/)

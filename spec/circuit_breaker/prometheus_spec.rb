@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "tmpdir"
 require "circuit_breaker/prometheus"
 
@@ -99,7 +98,7 @@ RSpec.describe CircuitBreaker::Prometheus do
 
   describe "promtool check metrics", :integration do
     def promtool(text)
-      Open3.capture2e("promtool", "check", "metrics", stdin_data: text)
+      ChildProcess.capture2e("promtool", "check", "metrics", stdin_data: text)
     rescue Errno::ENOENT
       skip "promtool is missing (bin/test installs Debian's prometheus)"
     end
@@ -156,9 +155,9 @@ RSpec.describe CircuitBreaker::Prometheus do
       Dir.mktmpdir do |dir|
         File.write(File.join(dir, "rules.yml"), rules)
         File.write(File.join(dir, "test.yml"), rule_tests)
-        out, status = Open3.capture2e("promtool", "check", "rules", "rules.yml", chdir: dir)
+        out, status = ChildProcess.capture2e("promtool", "check", "rules", "rules.yml", chdir: dir)
         expect(status).to be_success, out
-        out, status = Open3.capture2e("promtool", "test", "rules", "test.yml", chdir: dir)
+        out, status = ChildProcess.capture2e("promtool", "test", "rules", "test.yml", chdir: dir)
         expect(status).to be_success, out
       end
     rescue Errno::ENOENT

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "rbconfig"
 require "circuit_breaker/registry"
 require "circuit_breaker/prometheus"
@@ -146,7 +145,7 @@ RSpec.describe "sig/ (RBS signatures)", :integration do
   it "passes rbs validate" do
     skip "the rbs gem is not installed (gem install rbs, then: rbs -I sig validate)" unless rbs_gem
 
-    out, status = Open3.capture2e(RbConfig.ruby, rbs_gem.bin_file("rbs"), "-I", "sig", "validate", chdir: root)
+    out, status = ChildProcess.capture2e(RbConfig.ruby, rbs_gem.bin_file("rbs"), "-I", "sig", "validate", chdir: root)
     expect(status).to be_success, out.lines.grep_v(/\AValidating /).join
   end
 end

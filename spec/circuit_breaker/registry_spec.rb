@@ -192,7 +192,7 @@ RSpec.describe CircuitBreaker, "registry" do
 
       parent = CircuitBreaker.for(name).trip!
       reader, writer = IO.pipe
-      pid = fork do
+      pid = ChildProcess.fork do
         reader.close
         inherited = CircuitBreaker.for(name)
         fresh = CircuitBreaker.for("#{name}-child", min_calls: 2)
@@ -203,7 +203,7 @@ RSpec.describe CircuitBreaker, "registry" do
         exit!(0)
       end
       writer.close
-      _, status = Process.wait2(pid)
+      status = ChildProcess.finish(pid)
       line = reader.read
       expect(status).to be_success
       expect(line.chomp).to eq([true, :closed, :closed, true].inspect)
@@ -233,14 +233,14 @@ RSpec.describe CircuitBreaker, "registry" do
         :refused
       end
       entered.pop
-      pid = fork do
+      pid = ChildProcess.fork do
         # A guard against a hang, not a timed assertion.
         Timeout.timeout(60) { CircuitBreaker.for("#{name}-child") }
         exit!(0)
       rescue Timeout::Error
         exit!(1)
       end
-      _, status = Process.wait2(pid)
+      status = ChildProcess.finish(pid)
       release << true
       expect(holder.value).to eq(:refused)
       expect(status).to be_success

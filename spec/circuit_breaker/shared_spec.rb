@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "tmpdir"
 
 # `shared:` within one process: two breaker objects opened under one name
@@ -288,10 +287,10 @@ RSpec.describe CircuitBreaker, "shared: within one process", :shared_memory do
     it "is derived from the application's directory, environment and TEST_ENV_NUMBER by default" do
       Dir.mktmpdir("shop") do |dir|
         namespaces = [%w[test], %w[development], %w[test 2], ["test", ""]].map do |env, worker|
-          out, status = Open3.capture2e({ "RACK_ENV" => env, "RAILS_ENV" => nil, "APP_ENV" => nil, "TEST_ENV_NUMBER" => worker },
-                                        RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
-                                        "-rcircuit_breaker", "-e", "print CircuitBreaker.default_namespace",
-                                        chdir: dir)
+          out, status = ChildProcess.capture2e({ "RACK_ENV" => env, "RAILS_ENV" => nil, "APP_ENV" => nil, "TEST_ENV_NUMBER" => worker },
+                                               RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__),
+                                               "-rcircuit_breaker", "-e", "print CircuitBreaker.default_namespace",
+                                               chdir: dir)
           expect(status).to be_success, out
           out
         end

@@ -36,7 +36,7 @@ RSpec.describe "CircuitBreaker fleet: Redis ACL and key layout", :redis do
     redis_server.command(*words)
     redis_server.command("ACL", "LOG", "RESET")
     reader, writer = IO.pipe
-    follower = fork do
+    follower = ChildProcess.fork do
       reader.close
       # A long interval: only a push brings the opening within the wait.
       b = CircuitBreaker.new(name: name, fleet: client, fleet_interval: 60, open_duration: 60)
@@ -60,7 +60,7 @@ RSpec.describe "CircuitBreaker fleet: Redis ACL and key layout", :redis do
     expect(redis_server.command("ACL", "LOG")).to eq([])
     expect(log.string).not_to include("NOPERM")
   ensure
-    Process.wait(follower) if follower
+    ChildProcess.finish(follower) if follower
   end
 
   it "keeps every key and the channel of one breaker in one Redis Cluster hash slot" do

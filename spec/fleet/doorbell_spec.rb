@@ -22,7 +22,7 @@ RSpec.describe "CircuitBreaker fleet: the host's doorbell", :redis, :shared_memo
     wait_for("the first send") { failures.() == [0] }
     expect(breaker.instance_variable_get(:@fleet_link).sender).to eq(Process.pid)
     done_r, done_w = IO.pipe
-    other = fork do
+    other = ChildProcess.fork do
       done_w.close
       breaker.call { raise "down" }
     rescue RuntimeError
@@ -35,7 +35,7 @@ RSpec.describe "CircuitBreaker fleet: the host's doorbell", :redis, :shared_memo
       wait_for("the other process's failure sent by the sender", deadline: 10) { failures.() == [1] }
     ensure
       done_w.close
-      Process.wait(other)
+      ChildProcess.finish(other)
     end
   end
 end

@@ -26,7 +26,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     def initialize(gate)
       @reader, writer = IO.pipe
       writer.sync = true # exit! below skips flushing
-      @pid = fork do
+      @pid = ChildProcess.fork("host") do
         @reader.close
         gate.forget_parent_end
         gate.wait
@@ -45,7 +45,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       raise "host #{@pid} did not report within #{deadline}s" unless @reader.wait_readable(deadline)
 
       status, value = Marshal.load(@reader.read) # rubocop:disable Security/MarshalLoad
-      Process.wait(@pid)
+      ChildProcess.finish(@pid, within: deadline)
       raise "host #{@pid} failed: #{value}" unless status == :ok
 
       value
@@ -387,7 +387,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     out_r, out_w = IO.pipe
     out_w.sync = true
     pids = Array.new(2) do
-      fork do
+      ChildProcess.fork do
         out_r.close
         breaker = fleet_breaker(**options)
         wait_for("connected") { breaker.metrics[:fleet] == :connected }
@@ -421,17 +421,11 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       events = [line.(), line.(), line.()] # both open, and the leader already sends
       expect(events.map(&:first).sort).to eq(%w[open open syncer])
       expect(events.find { |e| e.first == "syncer" }.last).to eq(leader.to_s)
-      Process.kill("KILL", leader)
-      Process.wait(leader)
+      ChildProcess.stop(leader, signal: :KILL)
       survivor = (pids - [leader]).first
       expect(line.()).to eq(["syncer", survivor.to_s])
     ensure
-      pids.each do |pid|
-        Process.kill("KILL", pid)
-        Process.wait(pid)
-      rescue Errno::ESRCH, Errno::ECHILD
-        nil
-      end
+      pids.each { |pid| ChildProcess.stop(pid, signal: :KILL) }
     end
   end
 
@@ -490,7 +484,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     breaker = fleet_breaker(min_calls: 1_000)
     wait_for("connected") { breaker.metrics[:fleet] == :connected }
     done_r, done_w = IO.pipe
-    pid = fork do
+    pid = ChildProcess.fork do
       done_w.close
       3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
       done_r.wait_readable(DEADLINE)
@@ -503,7 +497,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       wait_for("the child's own host field") { failures.() == [0, 3] }
     ensure
       done_w.close
-      Process.wait(pid)
+      ChildProcess.finish(pid)
     end
   end
 
@@ -512,7 +506,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
     wait_for("connected") { breaker.metrics[:fleet] == :connected }
     key = "#{breaker.instance_variable_get(:@fleet_link).tag}:hosts"
     done_r, done_w = IO.pipe
-    pid = fork do
+    pid = ChildProcess.fork do
       done_w.close
       Process.daemon(true, true) # the daemon keeps the pipe: it ends when the parent closes it
       3.times { breaker.call { raise "down" } rescue RuntimeError } # rubocop:disable Style/RescueModifier
@@ -520,7 +514,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       exit!(0)
     end
     done_r.close
-    Process.wait(pid) # the daemon's parent exits at once
+    ChildProcess.finish(pid) # the daemon's parent exits at once
     begin
       failures = -> { redis_server.command("HVALS", key).map { |v| Integer(v.split[2]) }.sort }
       wait_for("the daemon's own host field") { failures.() == [0, 3] }
@@ -585,7 +579,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
   end
 
   it "follows the fleet from a host whose wall clock is an hour off" do
-    skip "faketime is not installed (bin/setup installs it)" unless system("command -v faketime >/dev/null 2>&1")
+    skip "faketime is not installed (bin/setup installs it)" unless ChildProcess.installed?("faketime")
 
     operator = fleet_breaker(open_duration: 30)
     wait_for("connected") { operator.metrics[:fleet] == :connected }
@@ -600,12 +594,13 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       sleep 0.02 until b.state == :open || Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
       $stdout.puts "\#{b.state} \#{b.retry_after}"
     RUBY
-    IO.popen(["faketime", "-f", "-1h", RbConfig.ruby, "-e", script], err: File::NULL) do |io|
-      ready = io.gets
+    ChildProcess.popen2("faketime", "-f", "-1h", RbConfig.ruby, "-e", script, err: File::NULL) do |stdin, io, _|
+      stdin.close
+      ready = ChildProcess.gets(io)
       expect(ready).to start_with("ready")
       expect(Integer(ready.split.last)).not_to eq(Time.now.utc.hour)
       operator.trip!
-      state, retry_after = io.gets.split
+      state, retry_after = ChildProcess.gets(io).split
       expect(state).to eq("open")
       expect(Float(retry_after)).to be_between(20, 30)
     end

@@ -163,7 +163,7 @@ RSpec.describe "CircuitBreaker fleet: hostile Redis", :redis do
 
   it "keeps the reports of hosts with a longer fleet_interval" do
     slow_reader, slow_writer = IO.pipe
-    slow = fork do
+    slow = ChildProcess.fork do
       slow_reader.close
       b = CircuitBreaker.new(name: "#{name}-mixed", fleet: redis_server.url, fleet_interval: 1, min_calls: 1_000)
       3.times do
@@ -192,8 +192,7 @@ RSpec.describe "CircuitBreaker fleet: hostile Redis", :redis do
       end
       expect(seen.uniq).to eq([[0, 3]])
     ensure
-      Process.kill("KILL", slow)
-      Process.wait(slow)
+      ChildProcess.stop(slow, signal: :KILL)
     end
   end
 end

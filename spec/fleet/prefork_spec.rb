@@ -31,25 +31,25 @@ RSpec.describe "CircuitBreaker fleet: processes", :redis do
 
   it "has a preforking master that only boots join no fleet and start no thread; its workers do" do
     out_r, out_w = IO.pipe
-    master = fork do
+    master = ChildProcess.fork("master") do
       out_r.close
       # The app's boot (an initializer): fleet breakers built, not used.
       breaker = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, min_calls: 1_000)
       workers = Array.new(2) do
-        fork do
+        ChildProcess.fork("worker") do
           3.times { fail_once(breaker) }
           wait_for("reported") { failures(hosts_key(breaker)).value?(3) }
           sleep 0.3 # a few more sends: nothing else must appear
           exit!(0)
         end
       end
-      workers.each { |pid| Process.wait(pid) }
+      workers.each { |pid| ChildProcess.finish(pid) }
       out_w.puts Thread.list.map(&:name).compact.grep(/circuit_breaker/).size
       exit!(0)
     end
     out_w.close
-    threads = Integer(out_r.read)
-    Process.wait(master)
+    threads = Integer(ChildProcess.gets(out_r))
+    ChildProcess.finish(master)
     expect(threads).to eq(0)
     key = redis_server.command("KEYS", "circuit_breaker:*{#{name}:*}:hosts").first
     expect(failures(key).values).to eq([3, 3]) # the two workers', none of the master's
@@ -60,7 +60,7 @@ RSpec.describe "CircuitBreaker fleet: processes", :redis do
     5.times { fail_once(breaker) }
     wait_for("the parent's report") { failures(hosts_key(breaker)).values == [5] }
     done_r, done_w = IO.pipe
-    pid = fork do
+    pid = ChildProcess.fork do
       done_w.close
       2.times { fail_once(breaker) }
       done_r.read # until the example has looked
@@ -71,7 +71,7 @@ RSpec.describe "CircuitBreaker fleet: processes", :redis do
       wait_for("the child's report") { failures(hosts_key(breaker)).values.sort == [2, 5] }
     ensure
       done_w.close
-      Process.wait(pid)
+      ChildProcess.finish(pid)
     end
   end
 
@@ -105,7 +105,7 @@ RSpec.describe "CircuitBreaker fleet: processes", :redis do
                                fleet_interval: 0.05)
     other = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, min_calls: 1_000)
     stuck.call { 1 }
-    holder = fork do
+    holder = ChildProcess.fork do
       stuck.__send__(:__hold_shared_lock, 20_000)
       exit!(0)
     end
@@ -117,8 +117,7 @@ RSpec.describe "CircuitBreaker fleet: processes", :redis do
       wait_for("the other breaker's failures sent") { failures(hosts_key(other)).values == [3] }
       expect(owner.()).to eq(holder)
     ensure
-      Process.kill("KILL", holder)
-      Process.wait(holder)
+      ChildProcess.stop(holder, signal: :KILL)
     end
   end
 

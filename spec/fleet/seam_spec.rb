@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "rbconfig"
 require "circuit_breaker/fleet"
 
@@ -86,7 +85,7 @@ RSpec.describe "The fleet's wire format", :redis do
       puts loaded.().inspect
     RUBY
     lib = File.expand_path("../../lib", __dir__)
-    out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-e", script, redis_server.url)
+    out, status = ChildProcess.capture2e(RbConfig.ruby, "-I", lib, "-e", script, redis_server.url)
     expect(status).to be_success, out
     expect(out.lines.map(&:chomp)).to eq(["[0, 0]", "[5, 1]"]) # fleet.rb and the four files of fleet/
   end

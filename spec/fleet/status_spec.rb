@@ -98,8 +98,8 @@ RSpec.describe "CircuitBreaker fleet: status", :redis do
     outage(breaker) do
       expect(samples.()[%(circuit_breaker_fleet_status{breaker="#{name}",status="degraded"})]).to eq("1")
       begin
-        out, result = Open3.capture2e("promtool", "check", "metrics",
-                                      stdin_data: CircuitBreaker::Prometheus.render({ name => breaker }))
+        out, result = ChildProcess.capture2e("promtool", "check", "metrics",
+                                             stdin_data: CircuitBreaker::Prometheus.render({ name => breaker }))
         expect([out, result.exitstatus]).to eq(["", 0])
       rescue Errno::ENOENT
         nil # promtool missing: spec/circuit_breaker/prometheus_spec.rb skips with the reason
@@ -127,7 +127,7 @@ RSpec.describe "CircuitBreaker fleet: status", :redis do
         puts e.message
       end
     RUBY
-    out = IO.popen([RbConfig.ruby, "-e", script], err: File::NULL, &:read)
+    out, = ChildProcess.capture2(RbConfig.ruby, "-e", script, err: File::NULL)
     expect(out).to match(/\Afleet: needs the redis-client gem or redis-rb >= 4.8, and neither loads/)
   ensure
     FileUtils.rm_rf(fake)

@@ -15,7 +15,7 @@ RSpec.describe CircuitBreaker::Dashboard, "with shared: breakers in forked worke
   def start_worker
     to_child_r, to_child = IO.pipe
     from_child, from_child_w = IO.pipe
-    pid = fork do
+    pid = ChildProcess.fork("worker") do
       # The other workers' pipes too: an inherited end would hold them open.
       [to_child, from_child, *@parent_ends].each(&:close)
       breaker = CircuitBreaker.new(**options)
@@ -30,7 +30,7 @@ RSpec.describe CircuitBreaker::Dashboard, "with shared: breakers in forked worke
     to_child_r.close
     from_child_w.close
     (@parent_ends ||= []).push(to_child, from_child)
-    expect(from_child.gets).to eq("ready\n")
+    expect(ChildProcess.gets(from_child, within: 60)).to eq("ready\n")
     [pid, to_child, from_child]
   end
 
@@ -61,9 +61,6 @@ RSpec.describe CircuitBreaker::Dashboard, "with shared: breakers in forked worke
   ensure
     (@parent_ends || []).each(&:close)
     # Our own children, ended whatever state the example left them in.
-    workers&.each do |pid, _, _|
-      Process.kill(:KILL, pid)
-      Process.wait(pid)
-    end
+    workers&.each { |pid, _, _| ChildProcess.stop(pid, signal: :KILL) }
   end
 end

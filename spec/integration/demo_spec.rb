@@ -2,7 +2,6 @@
 
 require "json"
 require "net/http"
-require "open3"
 require "tmpdir"
 
 # bin/demo as a user runs it, shortened (examples/: examples_spec.rb).
@@ -12,8 +11,8 @@ RSpec.describe "bin/demo", :integration do
   it "tells the story in a short run: opens, recovers, closes, and writes the HTML report" do
     Dir.mktmpdir do |dir|
       report = File.join(dir, "report.html")
-      out, status = Open3.capture2e({ "DEMO_SCALE" => "0.25", "NO_COLOR" => "1" },
-                                    File.join(root, "bin/demo"), "--out", report, chdir: root)
+      out, status = ChildProcess.capture2e({ "DEMO_SCALE" => "0.25", "NO_COLOR" => "1" },
+                                           File.join(root, "bin/demo"), "--out", report, chdir: root)
 
       expect(status).to be_success, out
       # The burst's 500s open it on the window's error rate or, coming in a
@@ -33,13 +32,14 @@ RSpec.describe "bin/demo", :integration do
 
   it "serves the status page while it runs (--serve)" do
     out = +""
-    Open3.popen2e({ "DEMO_SCALE" => "0.25", "NO_COLOR" => "1" }, File.join(root, "bin/demo"),
-                  "--serve", "0", "--out", File.join(Dir.tmpdir, "demo-serve-#{Process.pid}.html"),
-                  chdir: root) do |stdin, output, waiter|
+    ChildProcess.popen2e({ "DEMO_SCALE" => "0.25", "NO_COLOR" => "1" }, File.join(root, "bin/demo"),
+                         "--serve", "0", "--out", File.join(Dir.tmpdir, "demo-serve-#{Process.pid}.html"),
+                         chdir: root) do |stdin, output, waiter|
       stdin.close
       url = nil
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 120
-      while url.nil? && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline && (line = output.gets)
+      while url.nil? && (left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)).positive? &&
+            (line = ChildProcess.gets(output, within: left))
         out << line
         url = line[%r{status page: (http://127\.0\.0\.1:\d+/)}, 1]
       end
@@ -48,15 +48,14 @@ RSpec.describe "bin/demo", :integration do
       expect(status["breakers"].map { |b| b["name"] }).to eq(["orders"])
       expect(Net::HTTP.get(URI("#{url}metrics"))).to include('circuit_breaker_calls_total{breaker="orders"}')
       expect(Net::HTTP.get(URI(url))).to include("<title>Circuit breakers</title>")
-      output.each_line { |l| out << l } # the run goes on to its end
-      expect(waiter.value).to be_success, out
-    ensure
-      Process.kill(:TERM, waiter.pid) if waiter&.alive?
+      reader = Thread.new { output.each_line { |l| out << l } } # the run goes on to its end
+      expect(ChildProcess.finish(waiter.pid, within: 120)).to be_success, out
+      reader.join(5)
     end
   end
 
   it "refuses a bad option" do
-    out, status = Open3.capture2e(File.join(root, "bin/demo"), "--scale", "0", chdir: root)
+    out, status = ChildProcess.capture2e(File.join(root, "bin/demo"), "--scale", "0", chdir: root)
 
     expect(status).not_to be_success
     expect(out).to include("--scale")

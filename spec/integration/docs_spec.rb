@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "rack"
 require "timeout"
 require "tmpdir"
@@ -52,22 +51,14 @@ RSpec.describe "the Ruby blocks of README.md and docs/", :integration do
     FileUtils.rm_rf(@shm) if @shm
   end
 
-  # Runs `code` in a fresh Ruby in an empty directory; stopped by its PID
-  # after `limit` seconds.
+  # Runs `code` in a fresh Ruby in an empty directory; stopped (its process
+  # group: TERM, then KILL) after `limit` seconds.
   def run_ruby(code, lib, limit: 60)
     Dir.mktmpdir("cb-doc-") do |dir|
       env = { "RUBYOPT" => "-I#{lib}", "http_proxy" => @upstream.url, "HTTP_PROXY" => nil, "no_proxy" => nil,
               "NO_PROXY" => nil, "REDIS_URL" => @redis&.url, "CIRCUIT_BREAKER_SHM_DIR" => @shm,
               "BREAKERS_PASSWORD" => "doc-test" }
-      Open3.popen2e(env, RbConfig.ruby, "-e", code, chdir: dir, pgroup: true) do |stdin, out, waiter|
-        stdin.close
-        reader = Thread.new { out.read }
-        unless waiter.join(limit)
-          Process.kill("KILL", -waiter.pid)
-          raise "still running after #{limit} s:\n#{reader.value}"
-        end
-        [reader.value, waiter.value]
-      end
+      ChildProcess.capture2e(env, RbConfig.ruby, "-e", code, chdir: dir, within: limit)
     end
   end
 

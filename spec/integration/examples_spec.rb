@@ -2,7 +2,6 @@
 
 require "json"
 require "net/http"
-require "open3"
 require "socket"
 require "tmpdir"
 
@@ -12,7 +11,7 @@ require "tmpdir"
 RSpec.describe "examples/", :integration do
   root = File.expand_path("../..", __dir__)
   run = lambda do |file, env = {}|
-    Open3.capture2e(env, RbConfig.ruby, File.join(root, "examples", file), chdir: root)
+    ChildProcess.capture2e(env, RbConfig.ruby, File.join(root, "examples", file), chdir: root)
   end
 
   it "first_breaker.rb is the README's first example verbatim, and it trips" do
@@ -49,8 +48,8 @@ RSpec.describe "examples/", :integration do
   it "sinatra_app.rb serves /orders and /health on the port it is given" do
     port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
     out = +""
-    Open3.popen2e({ "PORT" => port.to_s }, RbConfig.ruby, File.join(root, "examples/sinatra_app.rb"),
-                  chdir: root) do |stdin, output, waiter|
+    ChildProcess.popen2e({ "PORT" => port.to_s }, RbConfig.ruby, File.join(root, "examples/sinatra_app.rb"),
+                         chdir: root) do |stdin, output, waiter|
       stdin.close
       reader = Thread.new { output.each_line { |l| out << l } }
       health = nil
@@ -67,8 +66,7 @@ RSpec.describe "examples/", :integration do
       expect(JSON.parse(health.body)).to include("breaker" => "orders", "state" => "closed")
       expect(Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/orders")).code).to eq("200")
     ensure
-      Process.kill(:TERM, waiter.pid) if waiter&.alive?
-      waiter&.join(30)
+      ChildProcess.stop(waiter.pid) if waiter&.alive? # TERM, then KILL: a Puma may ignore TERM
       reader&.join(5)
     end
   end
@@ -78,8 +76,8 @@ RSpec.describe "examples/", :integration do
 
     Dir.mktmpdir do |dir|
       report = File.join(dir, "fleet.html")
-      out, status = Open3.capture2e(File.join(root, "bin/demo"), "--fleet", "--fast", "--hosts", "3",
-                                    "--out", report, chdir: root)
+      out, status = ChildProcess.capture2e(File.join(root, "bin/demo"), "--fleet", "--fast", "--hosts", "3",
+                                           "--out", report, chdir: root)
 
       expect(status).to be_success, out
       expect(out).to match(/each host alone\s+\d+ calls reached the upstream during its error burst/)

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "socket"
-require "open3"
 require "circuit_breaker/faraday"
 require_relative "../../examples/support/flaky_upstream"
 
@@ -358,8 +357,8 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
 
   it "is not loaded, and neither is Faraday, by require \"circuit_breaker\"" do
     lib = File.expand_path("../../lib", __dir__)
-    out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-e",
-                                  'require "circuit_breaker"; p [defined?(Faraday), defined?(CircuitBreaker::Faraday)]')
+    out, status = ChildProcess.capture2e(RbConfig.ruby, "-I", lib, "-e",
+                                         'require "circuit_breaker"; p [defined?(Faraday), defined?(CircuitBreaker::Faraday)]')
 
     expect(status).to be_success, out
     expect(out.strip).to eq("[nil, nil]")

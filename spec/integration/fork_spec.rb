@@ -10,7 +10,7 @@ RSpec.describe CircuitBreaker, "across fork", :integration do
   # status 0/1 (2: it raised). Returns the status, or :stuck when the child
   # did not exit within `deadline` seconds (it is then killed with SIGKILL).
   def in_child(deadline: 15)
-    pid = fork do
+    pid = ChildProcess.fork do
       ok = begin
         yield
       rescue Exception => e # rubocop:disable Lint/RescueException
@@ -19,18 +19,11 @@ RSpec.describe CircuitBreaker, "across fork", :integration do
       end
       exit!(ok ? 0 : 1)
     end
-    limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + deadline
-    loop do
-      _, status = Process.wait2(pid, Process::WNOHANG)
-      return status.exitstatus || status.termsig && -status.termsig if status
+    status = ChildProcess.wait(pid, within: deadline)
+    return status.exitstatus || status.termsig && -status.termsig if status
 
-      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
-        Process.kill(:KILL, pid)
-        Process.wait(pid)
-        return :stuck
-      end
-      sleep 0.001
-    end
+    ChildProcess.stop(pid, signal: :KILL)
+    :stuck
   end
 
   def statuses(count, &child)

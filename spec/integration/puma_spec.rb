@@ -34,12 +34,12 @@ RSpec.describe "a Puma cluster (spec/fixtures/puma_app)", :integration, :shared_
 
   # Puma's master pid and the port it bound (its log's "Listening on" line).
   def start_puma(app, env, log)
-    pid = Process.spawn(env, "puma", "-C", "config/puma.rb", chdir: app, out: log, err: %i[child out], pgroup: true)
+    pid = ChildProcess.spawn(env, "puma", "-C", "config/puma.rb", chdir: app, out: log, err: %i[child out])
     deadline = monotonic + 60
     loop do
       port = File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1]
       return [pid, Integer(port)] if port
-      raise "puma exited before listening:\n#{File.read(log)}" if Process.waitpid(pid, Process::WNOHANG)
+      raise "puma exited before listening:\n#{File.read(log)}" if ChildProcess.wait(pid, within: 0)
       raise "puma did not listen within 60 s:\n#{File.read(log)}" if monotonic > deadline
 
       sleep 0.05
@@ -50,20 +50,13 @@ RSpec.describe "a Puma cluster (spec/fixtures/puma_app)", :integration, :shared_
   end
 
   # TERM (Puma stops its workers, then itself), KILL to its process group
-  # (the master and its workers) if it has not within 30 s.
+  # (the master and its workers) if it has not within 30 s; the wait for
+  # the KILLed master is bounded too.
   def stop_puma(pid)
     Process.kill(:TERM, pid)
-    deadline = monotonic + 30
-    until Process.waitpid(pid, Process::WNOHANG)
-      if monotonic > deadline
-        Process.kill(:KILL, -pid)
-        Process.waitpid(pid)
-        break
-      end
-      sleep 0.05
-    end
+    ChildProcess.wait(pid, within: 30) || ChildProcess.stop(pid, signal: :KILL)
   rescue Errno::ESRCH, Errno::ECHILD
-    nil
+    ChildProcess.stop(pid, signal: :KILL)
   end
 
   def wait_for(what, seconds = 60)

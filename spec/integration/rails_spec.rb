@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "json"
-require "open3"
 require "tmpdir"
 require_relative "../../examples/support/flaky_upstream"
 
@@ -28,7 +27,7 @@ RSpec.describe "a Rails app", :integration do
                                              # Each boot's host-wide breakers its own (docs/shared.md)
                                              "CIRCUIT_BREAKER_SHM_DIR" => dir,
                                              "RUBYOPT" => "-I#{File.join(root, 'lib')}")
-      out, err, status = Open3.capture3(env, RbConfig.ruby, File.join(app, "script/check.rb"), chdir: app)
+      out, err, status = ChildProcess.capture3(env, RbConfig.ruby, File.join(app, "script/check.rb"), chdir: app)
       raise "the app failed (#{status}):\n#{err}\n#{out}" unless status.success?
 
       [JSON.parse(out.lines.last), File.read(File.join(dir, "rails.log"))]
@@ -100,8 +99,8 @@ RSpec.describe "a Rails app", :integration do
   end
 
   it "is not loaded, nor is the Railtie, without Rails" do
-    out, status = Open3.capture2e(RbConfig.ruby, "-I", File.join(root, "lib"), "-e",
-                                  'require "circuit_breaker"; p [defined?(Rails), defined?(CircuitBreaker::Railtie)]')
+    out, status = ChildProcess.capture2e(RbConfig.ruby, "-I", File.join(root, "lib"), "-e",
+                                         'require "circuit_breaker"; p [defined?(Rails), defined?(CircuitBreaker::Railtie)]')
 
     expect(status).to be_success, out
     expect(out.strip).to eq("[nil, nil]")

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "fcntl"
-require "open3"
 require "timeout"
 require "tmpdir"
 
@@ -32,7 +31,7 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
   # The child is killed after `within` seconds.
   def in_child(within: 30)
     reader, writer = IO.pipe
-    pid = fork do
+    pid = ChildProcess.fork do
       reader.close
       value = begin
         yield
@@ -49,14 +48,7 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
     Marshal.load(reader.read) # rubocop:disable Security/MarshalLoad
   ensure
     reader&.close
-    if pid
-      begin
-        Process.kill(:KILL, pid)
-      rescue Errno::ESRCH
-        nil
-      end
-      Process.wait(pid)
-    end
+    ChildProcess.stop(pid, signal: :KILL) if pid
   end
 
   # Takes an open-file-description lock on `byte` of the file at `path`
@@ -98,11 +90,11 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
     end
   end
 
-  describe "a clock faked or stepped", if: system("command -v faketime >/dev/null") do
+  describe "a clock faked or stepped", if: ChildProcess.installed?("faketime") do
     it "never stretches a bounded wait for the lock: it is on the kernel's monotonic clock" do
       key = shared_name("faketime")
       path = described_class.new(**options, shared: key).shared_path
-      holder = fork do
+      holder = ChildProcess.fork do
         described_class.new(**options, shared: key).send(:__hold_shared_lock, 60_000)
         exit!(0)
       end
@@ -123,21 +115,14 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
       RUBY
       lib = File.expand_path("../../lib", __dir__)
       # A day ahead: libfaketime moves CLOCK_REALTIME and CLOCK_MONOTONIC.
-      out = nil
-      Open3.popen2e("faketime", "-f", "+1d", RbConfig.ruby, "-I", lib, "-e", script) do |stdin, io, waiter|
-        stdin.close
-        unless io.wait_readable(15)
-          Process.kill(:KILL, waiter.pid)
-          raise "the faked process still waited for the lock after 15 s"
-        end
-        out = io.read
+      begin
+        out, = ChildProcess.capture2e("faketime", "-f", "+1d", RbConfig.ruby, "-I", lib, "-e", script, within: 15)
+      rescue ChildProcess::Timeout
+        raise "the faked process still waited for the lock after 15 s"
       end
       expect(out).to eq("gave up\n")
     ensure
-      if holder
-        Process.kill(:KILL, holder)
-        Process.wait(holder)
-      end
+      ChildProcess.stop(holder, signal: :KILL) if holder
     end
   end
 
@@ -145,11 +130,11 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
     let(:other_user) { "nobody" }
 
     def as_other_user(*command)
-      Open3.capture2e("setpriv", "--reuid=#{other_user}", "--regid=nogroup", "--clear-groups", *command)
+      ChildProcess.capture2e("setpriv", "--reuid=#{other_user}", "--regid=nogroup", "--clear-groups", *command)
     end
 
     before do
-      skip "needs root and setpriv to act as a second user" unless Process.euid.zero? && system("command -v setpriv >/dev/null")
+      skip "needs root and setpriv to act as a second user" unless Process.euid.zero? && ChildProcess.installed?("setpriv")
     end
 
     it "is created private to the user: another user can neither list nor enter it" do

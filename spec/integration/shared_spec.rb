@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "fileutils"
-require "open3"
 require "tmpdir"
 
 # Forked processes on one `shared:` breaker: one trip for all, exact counts,
@@ -80,31 +79,19 @@ module SharedProcesses
     def reap(within: DEADLINE)
       return @status if @status
 
-      limit = SharedProcesses.now + within
-      loop do
-        done, status = Process.waitpid2(@pid, Process::WNOHANG)
-        return @status = status if done
+      @status = ChildProcess.wait(@pid, within: within)
+      return @status if @status
 
-        if SharedProcesses.now > limit
-          kill!
-          raise Stuck, "#{label} (pid #{@pid}) did not exit within #{within}s (killed)"
-        end
-        sleep 0.005
-      end
+      kill!
+      raise Stuck, "#{label} (pid #{@pid}) did not exit within #{within}s (killed)"
     end
 
-    # SIGKILL, then reap (idempotent).
+    # SIGKILL, then reap, bounded (idempotent).
     # @return [Process::Status]
     def kill!
       return @status if @status
 
-      begin
-        Process.kill(:KILL, @pid)
-      rescue Errno::ESRCH
-        nil
-      end
-      _, @status = Process.waitpid2(@pid)
-      @status
+      @status = ChildProcess.stop(@pid, signal: :KILL)
     ensure
       @io.close unless @io.closed?
     end
@@ -193,7 +180,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
       data = Marshal.dump(message)
       writer.write([data.bytesize].pack("N"), data)
     end
-    pid = fork do
+    pid = ChildProcess.fork(label) do
       reader.close
       @gates.each(&:forget_parent_end)
       begin
@@ -940,7 +927,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
     it "is an Errno at construction, never a SIGBUS" do
       skip "needs root to mount a tiny tmpfs" unless Process.uid.zero?
       Dir.mktmpdir do |dir|
-        out, status = Open3.capture2e("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir)
+        out, status = ChildProcess.capture2e("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir)
         skip "cannot mount a tmpfs here: #{out.strip}" unless status.success?
         begin
           ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
@@ -960,7 +947,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
           end
           expect(small.result).to eq(:ok)
         ensure
-          system("umount", dir)
+          ChildProcess.system("umount", dir, within: 30)
         end
       end
     end

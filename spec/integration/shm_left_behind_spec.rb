@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "io/wait"
-require "open3"
 require "tmpdir"
 
 # bin/shm-left-behind, which bin/test runs after each RSpec run: it fails
@@ -11,14 +10,14 @@ RSpec.describe "bin/shm-left-behind", :integration, :shared_memory do
   root = File.expand_path("../..", __dir__)
 
   def check(root, dir)
-    Open3.capture3({ "CIRCUIT_BREAKER_SHM_DIR" => dir }, File.join(root, "bin/shm-left-behind"))
+    ChildProcess.capture3({ "CIRCUIT_BREAKER_SHM_DIR" => dir }, File.join(root, "bin/shm-left-behind"))
   end
 
   it "fails naming the file a live process maps, and passes once that process ended" do
     Dir.mktmpdir do |dir|
       reader, writer = IO.pipe
       done_r, done_w = IO.pipe
-      leaked = fork do
+      leaked = ChildProcess.fork do
         [reader, done_w].each(&:close)
         ENV["CIRCUIT_BREAKER_SHM_DIR"] = dir
         writer.puts CircuitBreaker.new(shared: "leaked-#{Process.pid}").shared_path
@@ -35,17 +34,14 @@ RSpec.describe "bin/shm-left-behind", :integration, :shared_memory do
       expect(err).to include("left shared-memory files behind", path)
 
       done_w.close
-      Process.wait(leaked)
+      ChildProcess.finish(leaked, within: 30)
       leaked = nil
       out, err, status = check(root, dir)
       expect([status.exitstatus, out, err]).to eq([0, "", ""])
       expect(Dir.glob("#{dir}/**/*", File::FNM_DOTMATCH).select { |f| File.file?(f) }).to be_empty
     ensure
       [reader, done_w].compact.reject(&:closed?).each(&:close)
-      if leaked
-        Process.kill(:KILL, leaked)
-        Process.wait(leaked)
-      end
+      ChildProcess.stop(leaked, signal: :KILL) if leaked
     end
   end
 end

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "open3"
 require "tmpdir"
 require_relative "../../examples/support/flaky_upstream"
 
@@ -19,7 +18,7 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
   def run_suite(root, *command, env: {})
     env = { "ORDERS_URL" => @upstream.url, "RUBYOPT" => "-I#{File.join(root, 'lib')}", "RACK_ENV" => "test",
             **env }
-    Open3.capture2e(env, *command, chdir: File.join(root, "spec/fixtures/user_suite")) # its own .rspec-less dir
+    ChildProcess.capture2e(env, *command, chdir: File.join(root, "spec/fixtures/user_suite")) # its own .rspec-less dir
   end
 
   it "passes the RSpec example of docs/testing.md: matchers, forcing, moving time, a reset between examples" do
@@ -77,9 +76,9 @@ RSpec.describe "an app's test suite with the gem's test helpers", :integration d
      :shared_memory do
     Dir.mktmpdir do |dir|
       report = File.join(dir, "report")
-      out, status = Open3.capture2e({ "REPORT" => report, "RUBYOPT" => "-I#{File.join(root, 'lib')}",
-                                      "CIRCUIT_BREAKER_SHM_DIR" => dir },
-                                    RbConfig.ruby, File.join(suite, "parallel_test.rb"), chdir: suite)
+      out, status = ChildProcess.capture2e({ "REPORT" => report, "RUBYOPT" => "-I#{File.join(root, 'lib')}",
+                                             "CIRCUIT_BREAKER_SHM_DIR" => dir },
+                                           RbConfig.ruby, File.join(suite, "parallel_test.rb"), chdir: suite)
 
       expect(status).to be_success, out
       rows = File.readlines(report).map(&:split)

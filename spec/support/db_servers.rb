@@ -3,6 +3,7 @@
 require "tmpdir"
 require "fileutils"
 require "socket"
+require_relative "child_process"
 
 # Real database servers for the ActiveRecord adapter's specs
 # (spec/adapters/active_record_spec.rb): PostgreSQL and MariaDB from
@@ -80,7 +81,7 @@ module DbServers
       pids = [@pid, *children(@pid)]
       Process.kill("KILL", -@pid) rescue nil # rubocop:disable Style/RescueModifier
       pids.each { |pid| Process.kill("KILL", pid) rescue nil } # rubocop:disable Style/RescueModifier
-      Process.wait(@pid) rescue nil # rubocop:disable Style/RescueModifier
+      ChildProcess.stop(@pid, signal: :KILL) # a bounded reap
       @pid = nil
     end
 
@@ -98,8 +99,8 @@ module DbServers
     end
 
     def spawn(argv)
-      @pid = Process.spawn(*DbServers.as_server_user(argv), in: File::NULL, out: File::NULL, err: File.join(@dir, "server.log"),
-                                                            pgroup: true)
+      @pid = ChildProcess.spawn(*DbServers.as_server_user(argv), in: File::NULL, out: File::NULL,
+                                                                 err: File.join(@dir, "server.log"))
       DbServers.wait_until("#{argv.first} listening on #{@port}") { DbServers.listening?(@port) }
       self
     end
@@ -118,8 +119,9 @@ module DbServers
       File.chmod(0o755, dir)
       data = File.join(dir, "data")
       DbServers.hand_over(dir)
-      ok = system(*DbServers.as_server_user([File.join(BIN, "initdb"), "-D", data, "-A", "trust", "-U", "postgres",
-                                             "--no-sync", "-E", "UTF8"]), out: File::NULL, err: File::NULL)
+      ok = ChildProcess.system(*DbServers.as_server_user([File.join(BIN, "initdb"), "-D", data, "-A", "trust",
+                                                          "-U", "postgres", "--no-sync", "-E", "UTF8"]),
+                               out: File::NULL, err: File::NULL)
       raise Stuck, "initdb failed in #{dir}" unless ok
 
       new(DbServers.free_port, dir).launch
@@ -131,7 +133,8 @@ module DbServers
       spawn([File.join(BIN, "postgres"), "-D", File.join(@dir, "data"), "-p", @port.to_s, "-h", "127.0.0.1",
              "-k", @dir, "-c", "fsync=off", "-c", "max_connections=20"])
       DbServers.wait_until("PostgreSQL accepting connections on #{@port}") do
-        system(File.join(BIN, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", @port.to_s, "-t", "5")
+        ChildProcess.system(File.join(BIN, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", @port.to_s, "-t", "5",
+                            within: 30)
       end
       self
     end
@@ -145,16 +148,16 @@ module DbServers
   # (anyone connects; fine on 127.0.0.1 in a test).
   class MariaDB < Server
     def self.available?
-      system("command -v mariadbd >/dev/null 2>&1 && command -v mariadb-install-db >/dev/null 2>&1")
+      ChildProcess.installed?("mariadbd") && ChildProcess.installed?("mariadb-install-db")
     end
 
     def self.start
       dir = Dir.mktmpdir("cb-mariadb-")
       File.chmod(0o755, dir)
       DbServers.hand_over(dir)
-      ok = system(*DbServers.as_server_user(["mariadb-install-db", "--no-defaults", "--datadir=#{dir}/data",
-                                             "--auth-root-authentication-method=normal", "--skip-test-db"]),
-                  out: File::NULL, err: File::NULL)
+      ok = ChildProcess.system(*DbServers.as_server_user(["mariadb-install-db", "--no-defaults", "--datadir=#{dir}/data",
+                                                          "--auth-root-authentication-method=normal", "--skip-test-db"]),
+                               out: File::NULL, err: File::NULL)
       raise Stuck, "mariadb-install-db failed in #{dir}" unless ok
 
       new(DbServers.free_port, dir).launch

@@ -3,6 +3,7 @@
 require "tmpdir"
 require "fileutils"
 require "socket"
+require_relative "child_process"
 
 # A real redis-server for the fleet specs: one per example group, on a unix
 # socket in a temp dir (`--port 0 --save ''`: no TCP port, no disk), started
@@ -25,7 +26,7 @@ class RedisServer
 
   # @return [Boolean] whether redis-server is installed (specs skip otherwise)
   def self.available?
-    system("command -v redis-server >/dev/null 2>&1")
+    ChildProcess.installed?("redis-server")
   end
 
   # @return [RedisServer] a running server
@@ -55,7 +56,7 @@ class RedisServer
     args = ["redis-server", "--port", @port.to_s, "--bind", "127.0.0.1", "--unixsocket", @socket, "--unixsocketperm", "700",
             "--save", "", "--appendonly", "no", "--dir", @dir, "--daemonize", "no",
             "--logfile", File.join(@dir, "redis.log"), *@extra]
-    @pid = Process.spawn(*args, in: File::NULL, out: File::NULL, err: File::NULL, pgroup: true)
+    @pid = ChildProcess.spawn(*args, in: File::NULL, out: File::NULL, err: File::NULL)
     wait_until("redis-server answers PING") { ping? }
     wait_until("the replica in sync") { command("INFO", "replication").include?("master_link_status:up") } if replicating?
     self
@@ -166,12 +167,7 @@ class RedisServer
   def kill(signal)
     return unless @pid
 
-    begin
-      Process.kill(signal, @pid)
-      Process.wait(@pid)
-    rescue Errno::ESRCH, Errno::ECHILD
-      nil
-    end
+    ChildProcess.stop(@pid, signal: signal) # KILL, and a bounded reap
     @pid = nil
   end
 

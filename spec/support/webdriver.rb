@@ -4,6 +4,7 @@ require "json"
 require "net/http"
 require "socket"
 require "tmpdir"
+require_relative "child_process"
 
 # A tiny W3C WebDriver client over Net::HTTP, for Debian's chromedriver
 # driving a headless chromium (no gem, nothing downloaded). Only what the
@@ -34,7 +35,7 @@ class WebDriver
     @profile = Dir.mktmpdir("chromium-profile")
     @port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
     @log = File.join(@profile, "chromedriver.log")
-    @pid = Process.spawn("chromedriver", "--port=#{@port}", "--log-path=#{@log}", %i[out err] => File::NULL)
+    @pid = ChildProcess.spawn("chromedriver", "--port=#{@port}", "--log-path=#{@log}", %i[out err] => File::NULL)
     wait_for("chromedriver to be ready") { ready? }
     caps = { browserName: "chrome",
              "goog:chromeOptions": { binary: chromium, args: CHROMIUM_ARGS + ["--user-data-dir=#{@profile}/data"] } }
@@ -80,10 +81,7 @@ class WebDriver
   rescue StandardError
     nil
   ensure
-    if @pid
-      Process.kill(:TERM, @pid)
-      Process.wait(@pid)
-    end
+    ChildProcess.stop(@pid) if @pid # TERM to chromedriver and its chromium, KILL if they linger
     FileUtils.rm_rf(@profile) if @profile
   end
 
