@@ -34,7 +34,8 @@
 //! The files: this one holds what both kinds of build share (the header's
 //! layout and hash, the errors); `dir.rs` the directory, the keys and the
 //! file names; `linux/` the mapped record and its lock (`file.rs`), the
-//! cleanup of unused files (`cleanup.rs`) and the system calls both use;
+//! cleanup of unused files (`cleanup.rs`), the bytes both read and lock
+//! (`format.rs`, below both) and the system calls they use;
 //! `unsupported.rs` the refusal elsewhere. Each platform sits behind one
 //! `cfg`, on its `mod` line below.
 

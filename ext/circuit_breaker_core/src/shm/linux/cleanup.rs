@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
-use super::file::{MappedRecord, INIT, IN_USE, MAGIC};
+use super::format::{magic_is_zero, version_at_least_4, INIT, IN_USE};
 use super::{c_path, fstat, monotonic, range_lock, still_at, Fd};
 use crate::clock::Nanos;
 use crate::shm::dir::file_prefix;
@@ -93,7 +93,7 @@ fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != unsafe { libc::geteuid() } {
         return Ok(false);
     }
-    let ours = version_at_least_4(fd.0) || st.st_size == 0 || MappedRecord::magic_is_zero(fd.0);
+    let ours = version_at_least_4(fd.0) || st.st_size == 0 || magic_is_zero(fd.0);
     if !ours {
         return Ok(false);
     }
@@ -106,13 +106,4 @@ fn remove_if_unused(path: &Path) -> Result<bool, ShmError> {
     // INIT lock keeps an opener from adopting it until it is gone (openers
     // check, under that lock, that their file is still at its path).
     Ok(unsafe { libc::unlink(cpath.as_ptr()) } == 0)
-}
-
-/// Whether the file holds a header of version 4 or later (which take the
-/// `IN_USE` lock).
-fn version_at_least_4(fd: i32) -> bool {
-    let mut head = [0u8; 12];
-    // SAFETY: reads at most 12 bytes into `head`.
-    let n = unsafe { libc::pread(fd, head.as_mut_ptr() as *mut libc::c_void, head.len(), 0) };
-    n == 12 && head[..8] == MAGIC && u32::from_ne_bytes([head[8], head[9], head[10], head[11]]) >= 4
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use std::sync::atomic::AtomicBool;
 
-use super::file::{INIT, IN_USE};
+use super::format::{INIT, IN_USE};
 use super::{c_path, os_error, private_dir::ensure_private, range_lock, range_lock_within, still_at, Fd};
 use crate::shm::dir::file_prefix;
 use crate::shm::{shm_dir, ShmError};

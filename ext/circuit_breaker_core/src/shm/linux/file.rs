@@ -3,12 +3,13 @@
 //! robust process-shared mutex in its header, taken through a [`Guard`].
 
 use std::io;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::MaybeUninit;
 use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::cleanup::remove_unused_now_and_then;
+use super::format::{header_size, magic_is_zero, INIT, IN_USE, MAGIC, READY};
 use super::private_dir::ensure_private;
 use super::{c_path, fstat, monotonic, os_error, pthread_mutex_clocklock, range_lock, range_lock_within, still_at, Fd};
 use crate::clock::Nanos;
@@ -16,16 +17,6 @@ use crate::record::{Layout, Record};
 use crate::shm::{layout_hash, Header, Key, ShmError, LAYOUT_VERSION};
 use crate::store::{Published, Store};
 use crate::window::WindowSpec;
-
-pub(super) const MAGIC: [u8; 8] = *b"CBREAKR\0";
-pub(super) const READY: u32 = 0x5245_4144;
-/// Byte ranges locked by open-file-description locks (see the module doc).
-pub(super) const INIT: i64 = 0;
-pub(super) const IN_USE: i64 = 1;
-
-pub(crate) fn header_size() -> usize {
-    size_of::<Header>().div_ceil(64) * 64
-}
 
 /// How long opening a file waits for another process's `INIT` or cleanup
 /// step: they take microseconds, so this long means that process is
@@ -161,7 +152,7 @@ impl MappedRecord {
             return Err(ShmError::NotPrivate(shown.into()));
         }
         let existing = usize::try_from(st.st_size).unwrap_or(usize::MAX);
-        let half_built = existing == 0 || Self::magic_is_zero(fd.0);
+        let half_built = existing == 0 || magic_is_zero(fd.0);
         if !half_built && existing != len {
             return Err(ShmError::WrongSize { path: shown.into(), size: existing, expected: len });
         }
@@ -186,15 +177,6 @@ impl MappedRecord {
             });
         }
         Ok(half_built)
-    }
-
-    /// Whether the file's first 8 bytes are zero (or missing): the header
-    /// of a file whose creator died before writing it.
-    pub(super) fn magic_is_zero(fd: i32) -> bool {
-        let mut magic = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into `magic`.
-        let n = unsafe { libc::pread(fd, magic.as_mut_ptr() as *mut libc::c_void, magic.len(), 0) };
-        n >= 0 && magic[..n as usize].iter().all(|&b| b == 0)
     }
 
     /// Builds the header and an empty record.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::atomic::AtomicBool;
 
-use super::file::{header_size, INIT, READY};
+use super::format::{header_size, INIT, READY};
 use super::*;
 use crate::config::{Config, Options};
 use crate::record::{Layout, Record};

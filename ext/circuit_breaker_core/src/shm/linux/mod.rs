@@ -14,6 +14,7 @@ use crate::clock::Nanos;
 mod cleanup;
 mod doorbell;
 mod file;
+mod format;
 mod private_dir;
 #[cfg(test)]
 #[path = "linux_tests.rs"]
