@@ -87,7 +87,36 @@ RSpec.describe CircuitBreaker, "half-open ramp" do
       events = transitions_of(breaker)
       drive_probes(breaker, [true, true, false, true]) # 3 of 4: between the rates
       expect(breaker.metrics).to include(state: :half_open, stage: 0)
-      drive_probes(breaker, [false, true, true, true]) # again
+      drive_probes(breaker, [true, false]) # again: out of advance_rate's reach, it reopens at once
+      expect(moves(events)).to eq([%i[half_open open probe_failed]])
+    end
+
+    # Issue #34: a round after one between the rates can only pass or
+    # reopen, so it reopens once advance_rate is out of reach, admitting no
+    # probe whose outcome can change nothing.
+    it "reopens a round after one between the rates as soon as it can no longer reach advance_rate" do
+      breaker = half_open(ramp: [1.0], half_open_calls: 4, advance_rate: 0.75, reopen_rate: 0.5)
+      events = transitions_of(breaker)
+      drive_probes(breaker, [false, true, false]) # a first round: 2 failures, at best 2 of 4, between
+      expect(breaker.state).to eq(:half_open)
+      drive_probes(breaker, [true]) # 2 of 4: between the rates, a new round
+      expect(breaker.metrics).to include(state: :half_open, stage: 0)
+      drive_probes(breaker, [false]) # at best 3 of 4 = advance_rate: it may still pass
+      expect(breaker.state).to eq(:half_open)
+      drive_probes(breaker, [false]) # at best 2 of 4
+      expect(moves(events)).to eq([%i[half_open open probe_failed]])
+      expect(attempt(breaker)).to eq(:rejected)
+    end
+
+    it "reopens such a round at its first failed probe with min_stage_duration, unless a pass broke the streak" do
+      breaker = half_open(ramp: [1.0], half_open_calls: 4, advance_rate: 1.0, reopen_rate: 0.5, min_stage_duration: 60)
+      events = transitions_of(breaker)
+      drive_probes(breaker, [false, true, true, true]) # between the rates
+      drive_probes(breaker, [true] * 4) # passes, before min_stage_duration: the streak ends
+      drive_probes(breaker, [false]) # a first round again: it goes on
+      expect(breaker.state).to eq(:half_open)
+      drive_probes(breaker, [true] * 3) # 3 of 4: between the rates
+      drive_probes(breaker, [false])
       expect(moves(events)).to eq([%i[half_open open probe_failed]])
     end
 

@@ -43,4 +43,18 @@ RSpec.describe "CircuitBreaker fleet: a stage between the rates", :redis do
     expect(fleet_state(breaker)).to include("r" => "3") # probe_failed
     wait_until(what: "the host open") { breaker.state == :open }
   end
+
+  it "reopens the fleet in a round after one between the rates as soon as it can no longer pass" do
+    breaker = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, half_open_calls: 4,
+                                 advance_rate: 1.0, reopen_rate: 0.5, ramp: [1.0], open_duration: 0.2)
+    wait_until(what: "connected") { breaker.metrics[:fleet] == :connected }
+    breaker.trip!
+    wait_until(what: "the fleet half-open") { fleet_state(breaker)["s"] == "2" }
+    first = fleet_state(breaker)["g"]
+    [true, true, true, false].each { |ok| probe(breaker, ok) }
+    wait_until(what: "a new round") { fleet_state(breaker)["g"] != first }
+    probe(breaker, false) # at best 3 of 4: below advance_rate, so it can only reopen
+    wait_until(what: "the fleet reopened") { fleet_state(breaker)["s"] == "1" }
+    expect(fleet_state(breaker)).to include("r" => "3") # probe_failed
+  end
 end

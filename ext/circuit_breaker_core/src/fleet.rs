@@ -21,7 +21,7 @@
 use crate::clock::Nanos;
 use crate::config::Config;
 use crate::mirror::{Command, Maybe, Proposal};
-use crate::ramp::{step, verdict, Step};
+use crate::ramp::{reopen_floor, step, verdict, Step};
 use crate::state::{trip_reason, Breaker, Reason, State, Transitions};
 use crate::window::{Buckets, Counts, Slots, Window};
 
@@ -262,10 +262,12 @@ pub fn decide(cfg: &Config, r: &Reply, capacity: Option<u32>) -> Option<Proposal
                 return reopen(Reason::HalfOpenTimeout);
             }
             // The host's rule on the fleet's tallies (`ramp::step`): a
-            // second round in a row between the rates reopens, and a stage
+            // round after one between the rates reopens as soon as it can
+            // no longer pass (`ramp::reopen_floor`), and a stage
             // advances only once it lasted min_stage_duration (an earlier
             // pass starts a new round).
-            let verdict = verdict(r.passed, r.failed, cfg.half_open_calls, cfg.advance_rate, cfg.reopen_rate);
+            let floor = reopen_floor(r.rounds_between, cfg.advance_rate, cfg.reopen_rate);
+            let verdict = verdict(r.passed, r.failed, cfg.half_open_calls, cfg.advance_rate, floor);
             match step(verdict, r.rounds_between, r.stage_elapsed >= cfg.min_stage_duration) {
                 Step::Stay => None,
                 Step::Reopen => reopen(Reason::ProbeFailed),

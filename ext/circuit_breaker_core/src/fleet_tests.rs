@@ -206,6 +206,29 @@ fn a_fleet_stage_between_the_rates_starts_over_once_and_reopens_at_a_second_roun
 }
 
 #[test]
+fn a_fleet_round_after_one_between_the_rates_reopens_as_soon_as_it_can_no_longer_pass() {
+    // Issue #34 item 4, on the fleet's sums: 4 probes, advance at 100 %,
+    // reopen below 50 %; one failure leaves at best 3 of 4.
+    let cfg = config(|o| {
+        o.half_open_calls = 4;
+        o.advance_rate = 1.0;
+        o.reopen_rate = Some(0.5);
+    });
+    let tally = |passed, failed, rounds_between| {
+        let mut v = reply(9, State::HalfOpen, 9, 5);
+        v[7] = 30_000;
+        v[16] = passed;
+        v[17] = failed;
+        v[23] = rounds_between;
+        decide(&cfg, &Reply::parse(&v).unwrap(), None)
+    };
+    assert_eq!(tally(0, 1, 0), None, "a first round may still land between the rates: it goes on");
+    let p = tally(0, 1, 1).unwrap();
+    assert_eq!((p.state, p.reason), (State::Open, Reason::ProbeFailed), "the next round reopens at once");
+    assert_eq!(tally(3, 0, 1), None, "while it can still pass, it goes on");
+}
+
+#[test]
 fn a_host_follows_a_fleet_opening_for_the_time_remaining() {
     let mut h = Host::new(config(|o| o.open_duration = 30.0));
     let mut v = reply(2, State::Open, 2, 1);

@@ -11,9 +11,10 @@
 //! remaining probes succeeding could not reach `reopen_rate`; advance or
 //! start over only once all `quota` probes have finished. A stage starts
 //! over once between the two rates; the next round in a row that lands
-//! between them reopens (the state machine decides, from
-//! [`Stage::rounds_between`]), so a dependency that half works never keeps
-//! the breaker half-open for good.
+//! between them reopens, so a dependency that half works never keeps the
+//! breaker half-open for good. Such a round can only pass or reopen, so it
+//! reopens as soon as it can no longer reach `advance_rate` (its floor is
+//! `advance_rate`, [`reopen_floor`], from [`Stage::rounds_between`]).
 //!
 //! Probes in flight are kept in a few cohorts (probes admitted at one
 //! instant on one thread), so that each can time out `probe_timeout` after
@@ -32,7 +33,8 @@ pub enum Verdict {
     Pending,
     /// Success share reached `advance_rate`: next stage (or closed).
     Advance,
-    /// Success share can no longer reach `reopen_rate`: back to open.
+    /// Success share can no longer reach the round's floor
+    /// ([`reopen_floor`]): back to open.
     Reopen,
     /// Between the two rates: the stage starts over.
     Restart,
@@ -223,18 +225,34 @@ impl Stage {
         } else {
             self.failed += 1;
         }
-        verdict(self.succeeded, self.failed, quota, advance_rate, reopen_rate)
+        let floor = reopen_floor(self.rounds_between, advance_rate, reopen_rate);
+        verdict(self.succeeded, self.failed, quota, advance_rate, floor)
     }
 }
 
-/// What a stage of `quota` probes knows once `succeeded` passed and
-/// `failed` failed: one rule for a host's stage and the fleet's summed
-/// stage (fleet.rs).
-pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, reopen_rate: f64) -> Verdict {
+/// The success share below which a round reopens, in a stage whose last
+/// `rounds_between` rounds in a row ended between `reopen_rate` and
+/// `advance_rate`: `reopen_rate` in a first round; `advance_rate` in a
+/// round after one between the rates, which reopens whether it ends below
+/// `reopen_rate` or between the rates again, so reopening is certain as
+/// soon as it can no longer pass (docs/semantics.md). One rule for a host's
+/// stage and the fleet's.
+pub fn reopen_floor(rounds_between: u32, advance_rate: f64, reopen_rate: f64) -> f64 {
+    if rounds_between > 0 {
+        advance_rate
+    } else {
+        reopen_rate
+    }
+}
+
+/// What a round of `quota` probes knows once `succeeded` passed and
+/// `failed` failed, reopening below `floor` ([`reopen_floor`]): one rule
+/// for a host's stage and the fleet's summed stage (fleet.rs).
+pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, floor: f64) -> Verdict {
     let finished = succeeded.saturating_add(failed);
     let quota_f = f64::from(quota.max(1));
     let best = f64::from(succeeded.saturating_add(quota.saturating_sub(finished))) / quota_f;
-    if best < reopen_rate {
+    if best < floor {
         Verdict::Reopen
     } else if finished < quota {
         Verdict::Pending
@@ -263,15 +281,15 @@ pub enum Step {
 
 /// The step a `verdict` leads to, in a stage whose last `rounds_between`
 /// rounds in a row ended between `reopen_rate` and `advance_rate`, and
-/// which has (`lasted`) or has not yet lasted `min_stage_duration`: a
-/// second round in a row between the rates reopens; a pass before
+/// which has (`lasted`) or has not yet lasted `min_stage_duration`: a round
+/// between the rates starts the stage over (a second one in a row never
+/// gets here: its floor, [`reopen_floor`], reopened it); a pass before
 /// `min_stage_duration` starts a new round, and ends the streak.
 pub fn step(verdict: Verdict, rounds_between: u32, lasted: bool) -> Step {
     match verdict {
         Verdict::Pending => Step::Stay,
         Verdict::Reopen => Step::Reopen,
-        Verdict::Restart if rounds_between > 0 => Step::Reopen,
-        Verdict::Restart => Step::NewRound(rounds_between + 1),
+        Verdict::Restart => Step::NewRound(rounds_between.saturating_add(1)),
         Verdict::Advance if !lasted => Step::NewRound(0),
         Verdict::Advance => Step::Advance,
     }
@@ -370,6 +388,26 @@ mod tests {
         let verdicts: Vec<Verdict> = (0..20).map(|_| stage.finish(false, 20, 0.9, 0.5)).collect();
         // After 11 failures of 20, at most 9/20 = 45 % can succeed.
         assert_eq!(verdicts.iter().position(|v| *v == Verdict::Reopen), Some(10));
+    }
+
+    #[test]
+    fn a_round_after_one_between_the_rates_reopens_once_it_can_no_longer_pass() {
+        // 20 probes, advance at 90 %, reopen below 50 %.
+        let mut stage = Stage::new(0, 0, 0);
+        let first: Vec<Verdict> = (0..3).map(|_| stage.finish(false, 20, 0.9, 0.5)).collect();
+        assert_eq!(first, [Verdict::Pending; 3], "a first round waits: it may still land between the rates");
+        let mut stage = Stage::new(0, 0, 0);
+        stage.rounds_between = 1;
+        let next: Vec<Verdict> = (0..3).map(|_| stage.finish(false, 20, 0.9, 0.5)).collect();
+        assert_eq!(next, [Verdict::Pending, Verdict::Pending, Verdict::Reopen], "at best 17 / 20 after 3 failures");
+        assert_eq!(reopen_floor(0, 0.9, 0.5), 0.5);
+        assert_eq!(reopen_floor(1, 0.9, 0.5), 0.9);
+    }
+
+    #[test]
+    fn a_restart_counts_the_rounds_between_the_rates() {
+        assert_eq!(step(Verdict::Restart, 0, true), Step::NewRound(1));
+        assert_eq!(step(Verdict::Advance, 1, false), Step::NewRound(0));
     }
 
     #[test]

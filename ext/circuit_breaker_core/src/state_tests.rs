@@ -468,6 +468,92 @@ fn a_second_round_in_a_row_between_the_two_rates_reopens() {
 }
 
 #[test]
+fn a_round_after_one_between_the_rates_reopens_as_soon_as_it_can_no_longer_pass() {
+    // Issue #34 item 4: such a round can only pass or reopen, so it reopens
+    // once advance_rate is out of reach, not at its last probe.
+    let mut r = gradual();
+    let now = r.half_open(0);
+    let mut permits = issue_stage(&mut r, now, 1).into_iter();
+    // A first round that can no longer pass, but may still land between
+    // the rates, runs to its end: 3 failures leave at best 17 / 20.
+    for p in permits.by_ref().take(3) {
+        assert!(r.complete(p, FAIL, now).is_empty());
+    }
+    for p in permits {
+        assert!(r.complete(p, OK, now).is_empty(), "17 of 20: between the rates, a new round");
+    }
+    assert_eq!(r.metrics(now).stage, Some(0));
+    let mut permits = issue_stage(&mut r, now, 1).into_iter();
+    // 2 failures leave at best 18 / 20 = advance_rate: it may still pass.
+    for p in permits.by_ref().take(2) {
+        assert!(r.complete(p, FAIL, now).is_empty());
+    }
+    // The 3rd leaves at best 17 / 20: reopen while 17 probes still run.
+    let t = r.complete(permits.next().unwrap(), FAIL, now);
+    assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)]);
+    for p in permits {
+        assert!(r.complete(p, OK, now).is_empty(), "a later probe decides nothing");
+    }
+    assert_eq!(r.state(now), Open);
+}
+
+#[test]
+fn with_min_stage_duration_a_round_after_one_between_the_rates_reopens_at_its_first_failure() {
+    // Rounds of 4 probes, advance at 100 %: after a round between the
+    // rates, one failure is enough; after a round that passed too early,
+    // the streak is broken and a failure waits for the round's end.
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 1.0;
+        o.half_open_calls = 4;
+        o.advance_rate = 1.0;
+        o.reopen_rate = Some(0.5);
+        o.min_stage_duration = 10.0;
+    });
+    let now = r.half_open(0);
+    let round = |r: &mut Rig, outcomes: &[Outcome]| -> Vec<(State, State, Reason)> {
+        let permits: Vec<Permit> = (0..4).map(|_| r.permit(now)).collect();
+        permits.into_iter().zip(outcomes).flat_map(|(p, o)| changes(&r.complete(p, *o, now))).collect()
+    };
+    assert!(round(&mut r, &[FAIL, OK, OK, OK]).is_empty(), "between the rates, once");
+    assert!(round(&mut r, &[OK; 4]).is_empty(), "passed before min_stage_duration: the streak ends");
+    let permits: Vec<Permit> = (0..4).map(|_| r.permit(now)).collect();
+    let mut permits = permits.into_iter();
+    assert!(r.complete(permits.next().unwrap(), FAIL, now).is_empty(), "a first round again: it goes on");
+    for p in permits {
+        assert!(r.complete(p, OK, now).is_empty());
+    }
+    assert_eq!(r.metrics(now).stage, Some(0), "3 of 4: between the rates, a new round");
+    let permits: Vec<Permit> = (0..4).map(|_| r.permit(now)).collect();
+    let mut permits = permits.into_iter();
+    let t = r.complete(permits.next().unwrap(), FAIL, now);
+    assert_eq!(changes(&t), [(HalfOpen, Open, ProbeFailed)], "the first failure of the next round");
+    for p in permits {
+        assert!(r.complete(p, OK, now).is_empty());
+    }
+}
+
+#[test]
+fn a_timed_out_probe_of_a_round_after_one_between_the_rates_reopens_at_once() {
+    let mut r = Rig::new(100, |o| {
+        o.min_calls = 1;
+        o.open_duration = 1.0;
+        o.half_open_calls = 2;
+        o.advance_rate = 1.0;
+        o.reopen_rate = Some(0.5);
+        o.probe_timeout = ProbeTimeout::Seconds(3.0);
+    });
+    let now = r.half_open(0);
+    let (a, b) = (r.permit(now), r.permit(now));
+    r.complete(a, FAIL, now);
+    assert!(r.complete(b, OK, now).is_empty(), "1 of 2: between the rates");
+    let hung = r.permit(now);
+    let _other = r.permit(now + SEC);
+    assert_eq!(changes(&r.tick(now + 3 * SEC)), [(HalfOpen, Open, ProbeTimeout)], "the hung probe alone decides");
+    assert!(r.complete(hung, OK, now + 3 * SEC).is_empty());
+}
+
+#[test]
 fn a_round_that_passes_between_two_rounds_between_the_rates_keeps_the_stage() {
     // Rounds of 4 probes; a stage lasts at least 10 s, so a round that
     // passes earlier starts it over too, and breaks the streak.
