@@ -60,10 +60,17 @@ class CircuitBreaker
     state == :half_open
   end
 
+  # A snapshot: applies no timer and changes nothing (no transition, no
+  # event); never raises, even on an instance whose initialize did not run.
   def inspect
-    m = metrics
-    format("#<%s %s state=%s total=%d error_rate=%.3f slow_call_rate=%.3f>",
-           self.class.name || "CircuitBreaker", (name || "(unnamed)").inspect, m[:state], m[:total], m[:error_rate], m[:slow_call_rate])
+    m = __peek
+    head = "#<#{self.class.name || 'CircuitBreaker'}"
+    return "#{head} (not initialized)>" unless m
+
+    head = "#{head} #{(name || '(unnamed)').inspect} state=#{m[:state]}"
+    return "#{head} (shared lock busy)>" unless m.key?(:total)
+
+    format("%s total=%d error_rate=%.3f slow_call_rate=%.3f>", head, m[:total], m[:error_rate], m[:slow_call_rate])
   end
 end
 

@@ -261,6 +261,41 @@ RSpec.describe CircuitBreaker, "bad input" do
     end
   end
 
+  # Issue #34: Waker#wait (the fleet syncer's, @api private) aborted the VM
+  # on NaN. Run in a child, so that an abort fails the example, not the run.
+  it "CircuitBreaker::Fleet::Waker#wait refuses NaN, infinities and negative seconds naming timeout" do
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      waker = CircuitBreaker::Fleet::Waker.new
+      seen = [nan, inf, -inf, -1, -1e-9].map do |v|
+        waker.wait(v)
+        "#{v}: returned"
+      rescue ArgumentError => e
+        e.message
+      end
+      writer.write(Marshal.dump([seen, waker.wait(0)]))
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    # The pipe reaches its end when the child exits, or aborts.
+    ended = IO.select([reader], nil, nil, 30)
+    dump = ended ? reader.read : ""
+    unless ended
+      Process.kill(:TERM, pid)
+      Process.kill(:KILL, pid) unless IO.select([reader], nil, nil, 5)
+    end
+    status = Process.wait2(pid).last
+    expect(status.success?).to be(true), "the child ended with #{status.inspect}"
+    seen, waited = Marshal.load(dump) # rubocop:disable Security/MarshalLoad
+    expect(seen).to all(match(/\Atimeout must be a finite Numeric >= 0 \(seconds\) \(got /))
+    expect(seen).to eq(%w[NaN Infinity -Infinity -1 -1.0e-09].map { |v| "timeout must be a finite Numeric >= 0 (seconds) (got #{v})" })
+    expect(waited).to be(false)
+  ensure
+    reader&.close
+  end
+
   describe "a bad record_* leaves the calling thread's permit in place" do
     it "settles the permit with the next good record_* (half-open probe not lost)" do
       b = CircuitBreaker.new(clock: clock, half_open_calls: 1, open_duration: 5)

@@ -79,6 +79,18 @@ RSpec.describe CircuitBreaker, "#metrics" do
     expect(breaker.metrics[:state]).to eq(:half_open)
   end
 
+  # Issue #34: inspect applied the timers, and so delivered open -> half_open.
+  it "is not applied by inspect, which reads a snapshot and changes nothing" do
+    breaker = build_breaker(clock: clock, open_duration: 10, name: "peek")
+    breaker.trip!
+    events = transitions_of(breaker)
+    clock.advance(10)
+    expect(breaker.inspect).to eq('#<CircuitBreaker "peek" state=open total=0 error_rate=0.000 slow_call_rate=0.000>')
+    expect(events).to be_empty
+    expect(breaker.state).to eq(:half_open)
+    expect(moves(events)).to eq([%i[open half_open cool_down_elapsed]])
+  end
+
   describe ":rejected" do
     it "counts every rejection since creation, across states and reset!" do
       open_it

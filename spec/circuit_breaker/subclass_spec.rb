@@ -85,26 +85,30 @@ RSpec.describe "subclasses of the gem's classes" do
         retry_after: -> { breaker.retry_after }, trip!: -> { breaker.trip! }, reset!: -> { breaker.reset! },
         force_open!: -> { breaker.force_open! }, disable!: -> { breaker.disable! }, name: -> { breaker.name },
         window: -> { breaker.window }, allow?: -> { breaker.allow? }, record_success: -> { breaker.record_success },
-        record_failure: -> { breaker.record_failure }, closed?: -> { breaker.closed? }, inspect: -> { breaker.inspect },
+        record_failure: -> { breaker.record_failure }, closed?: -> { breaker.closed? },
         on_reject: -> { breaker.on_reject { nil } }
       }
       calls.each do |name, run|
         expect(&run).to raise_error(RuntimeError, /uninitialized CircuitBreaker/), "#{name} did not raise"
       end
+      # inspect answers (a debugger or an error message may show it).
+      expect(breaker.inspect).to eq("#<CircuitBreaker (not initialized)>")
       GC.start # its (empty) mark function runs without a crash
     end
   end
 
   {
     "SlidingWindow" => [CircuitBreaker::SlidingWindow, %i[total failures slow_calls error_rate slow_call_rate reset size]],
-    "TimeWindow" => [CircuitBreaker::TimeWindow, %i[total seconds buckets inspect]],
-    "ManualClock" => [CircuitBreaker::ManualClock, %i[now inspect]]
+    "TimeWindow" => [CircuitBreaker::TimeWindow, %i[total seconds buckets]],
+    "ManualClock" => [CircuitBreaker::ManualClock, %i[now]]
   }.each do |name, (klass, readers)|
-    it "raises a clear RuntimeError from an allocated #{name} whose initialize never ran" do
+    it "raises a clear RuntimeError from an allocated #{name} whose initialize never ran, and inspects it" do
       object = klass.allocate
       readers.each do |m|
         expect { object.public_send(m) }.to raise_error(RuntimeError, /uninitialized CircuitBreaker::#{name}/)
       end
+      expect(object.inspect).to eq("#<CircuitBreaker::#{name} (not initialized)>")
+      expect(Class.new(klass).allocate.inspect).to match(/\A#<#<Class:0x\h+> \(not initialized\)>\z/)
       expect { CircuitBreaker.new(window: object) }.to raise_error(RuntimeError, /uninitialized/) unless name == "ManualClock"
       expect { CircuitBreaker.new(clock: object) }.to raise_error(RuntimeError, /uninitialized/) if name == "ManualClock"
     end

@@ -7,7 +7,7 @@ use circuit_breaker_core::{Clock, CoarseClock, HostClock, ManualClock as CoreMan
 use magnus::{function, method, prelude::*, typed_data::Obj, Error, RClass, Ruby, Value};
 
 use crate::args;
-use crate::errors::{config_error_given, not_initialized, refuse_copy};
+use crate::errors::{config_error_given, not_initialized, not_initialized_inspect, refuse_copy};
 
 /// Where `now` comes from. Reading it never calls Ruby.
 #[derive(Clone, Debug)]
@@ -113,6 +113,9 @@ impl ManualClock {
     fn inspect(ruby: &Ruby, rb_self: Obj<Self>) -> Result<String, Error> {
         // SAFETY: the name is copied out at once.
         let class = unsafe { rb_self.class().name() }.into_owned();
+        if rb_self.0.get().is_none() {
+            return Ok(not_initialized_inspect(&class));
+        }
         Ok(format!("#<{class} now={}>", Self::now(ruby, &rb_self)?))
     }
 }

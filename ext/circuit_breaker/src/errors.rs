@@ -74,6 +74,12 @@ pub fn not_initialized(ruby: &Ruby, class: &str) -> Error {
     )
 }
 
+/// What `inspect` shows of an object whose `initialize` never ran: a
+/// string, not an error (a debugger or an error message may inspect it).
+pub fn not_initialized_inspect(class: &str) -> String {
+    format!("#<{class} (not initialized)>")
+}
+
 /// `initialize_copy` of the native classes: their state is not Ruby data
 /// that `dup` or `clone` could copy.
 pub fn refuse_copy(ruby: &Ruby, rb_self: Value, _original: Value) -> Result<(), Error> {

@@ -7,13 +7,12 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
-use std::time::Duration;
 
-use circuit_breaker_core::wake::Wake;
+use circuit_breaker_core::wake::{wait_timeout, Wake};
 use magnus::{function, method, prelude::*, Error, RModule, Ruby, Value};
 
-use crate::args;
 use crate::cruby::{self, Unblock};
+use crate::{args, errors};
 
 #[magnus::wrap(class = "CircuitBreaker::Fleet::Waker", free_immediately, size)]
 pub struct Waker(pub Arc<Wake>, Mutex<HashMap<String, Weak<()>>>);
@@ -52,14 +51,16 @@ impl Waker {
         Some(claim)
     }
 
-    /// Waits up to `timeout` seconds without the GVL; true when a failure
-    /// pulled the send forward. Interrupts are raised here.
+    /// Waits up to `timeout` seconds (a finite Numeric >= 0, else
+    /// ArgumentError) without the GVL; true when a failure pulled the send
+    /// forward. Interrupts are raised here.
     fn wait(ruby: &Ruby, rb_self: &Self, timeout: Value) -> Result<bool, Error> {
-        let secs = args::float(ruby, "timeout", timeout)?.clamp(0.0, 3600.0);
+        let secs = args::float(ruby, "timeout", timeout)?;
+        let timeout = wait_timeout(secs).map_err(|e| errors::config_error_given(ruby, e, |_| Some(timeout)))?;
         let wake = &rb_self.0;
         wake.register();
         let stop = Stop { flag: AtomicBool::new(false), thread: std::thread::current(), wake };
-        let woken = cruby::without_gvl(|| wake.wait(Duration::from_secs_f64(secs), &stop.flag), &stop);
+        let woken = cruby::without_gvl(|| wake.wait(timeout, &stop.flag), &stop);
         ruby.thread_check_ints()?;
         Ok(woken.unwrap_or(false))
     }

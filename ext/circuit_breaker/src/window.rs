@@ -24,7 +24,7 @@ use magnus::{
 
 use crate::args;
 use crate::clock::ClockSource;
-use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy};
+use crate::errors::{arg_error, config_error_given, not_initialized, not_initialized_inspect, refuse_copy};
 
 /// How long a step waits for a busy shared lock by default: the lock is
 /// held for microseconds, so this long means a stuck holder.
@@ -375,6 +375,9 @@ impl SlidingWindow {
     }
 
     fn inspect(ruby: &Ruby, rb_self: Obj<Self>) -> Result<String, Error> {
+        if rb_self.cell().get().is_none() {
+            return Ok(not_initialized_inspect(&class_name(rb_self)));
+        }
         let c = rb_self.shared(ruby)?.counts(ruby)?;
         Ok(format!(
             "#<{} size={} total={} failures={} slow_calls={}>",
@@ -429,6 +432,9 @@ impl TimeWindow {
     }
 
     fn inspect(ruby: &Ruby, rb_self: Obj<Self>) -> Result<String, Error> {
+        if rb_self.cell().get().is_none() {
+            return Ok(not_initialized_inspect(&class_name(rb_self)));
+        }
         let c = rb_self.shared(ruby)?.counts(ruby)?;
         Ok(format!(
             "#<{} seconds={} buckets={} total={} failures={} slow_calls={}>",

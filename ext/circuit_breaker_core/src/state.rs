@@ -494,6 +494,14 @@ impl Breaker {
         (self.snapshot(w, cfg, now), out)
     }
 
+    /// Describes the breaker at `now` without applying the timers that are
+    /// due: a snapshot that changes nothing (no transition), as `inspect`
+    /// shows it. A breaker whose open duration has passed still reads open,
+    /// with nothing left to wait.
+    pub fn peek<S: Slots, B: Buckets>(&self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Metrics {
+        self.snapshot(w, cfg, now)
+    }
+
     fn manual<S: Slots, B: Buckets>(
         &mut self,
         to: State,

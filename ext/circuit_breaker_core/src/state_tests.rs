@@ -844,6 +844,21 @@ fn retry_after_while_open_is_the_real_remaining_time() {
 }
 
 #[test]
+fn peek_describes_the_breaker_without_applying_due_timers() {
+    // Issue #34 item 8: `inspect` delivered open -> half_open.
+    let mut r = Rig::new(10, |o| {
+        o.min_calls = 1;
+        o.open_duration = 10.0;
+    });
+    r.open_by_errors(0);
+    let before = r.b;
+    let m = r.b.peek(&mut r.w, &r.cfg, 11 * SEC);
+    assert_eq!((m.state, m.retry_after, m.stage), (Open, Some(0), None));
+    assert_eq!(r.b, before, "nothing changed");
+    assert_eq!(changes(&r.tick(11 * SEC)), [(Open, HalfOpen, CoolDownElapsed)], "the timer is still due");
+}
+
+#[test]
 fn half_open_timeout_reopens_counting_from_when_half_open_was_noticed() {
     let mut r = Rig::new(10, |o| {
         o.min_calls = 1;

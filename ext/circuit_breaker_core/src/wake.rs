@@ -28,7 +28,24 @@ const QUIET: u8 = 2;
 /// The syncer stops: every wait returns at once.
 const CLOSED: u8 = 4;
 
+use crate::check::{out_of_range, ConfigError};
 use crate::shm::Doorbell;
+
+/// The longest one [`Wake::wait`] lasts: a longer `timeout` is cut to it
+/// (a syncer's slot is far shorter).
+pub const LONGEST_WAIT: Duration = Duration::from_secs(3600);
+
+/// A wait's `timeout`, given in seconds: a finite number >= 0, cut to
+/// [`LONGEST_WAIT`]. NaN, infinities and negative seconds are refused
+/// (`Duration::from_secs_f64` panics on them, and a panic while Ruby's lock
+/// is released aborts the process).
+pub fn wait_timeout(secs: f64) -> Result<Duration, ConfigError> {
+    if secs.is_finite() && secs >= 0.0 {
+        Ok(Duration::from_secs_f64(secs).min(LONGEST_WAIT))
+    } else {
+        Err(out_of_range("timeout", "a finite Numeric >= 0 (seconds)", secs))
+    }
+}
 
 /// One per syncer; its fleet breakers hold it too.
 #[derive(Debug, Default)]
@@ -213,6 +230,18 @@ mod tests {
         assert!(!wake.failure());
         wake.arm(false);
         assert!(wake.failure());
+    }
+
+    #[test]
+    fn a_wait_timeout_is_finite_seconds_at_least_zero_cut_to_an_hour() {
+        assert_eq!(wait_timeout(0.25), Ok(Duration::from_millis(250)));
+        assert_eq!(wait_timeout(0.0), Ok(Duration::ZERO));
+        assert_eq!(wait_timeout(1e12), Ok(LONGEST_WAIT));
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.5] {
+            let e = wait_timeout(bad).unwrap_err();
+            assert_eq!(e.name, "timeout", "{bad}");
+            assert!(e.to_string().starts_with("timeout must be a finite Numeric >= 0"), "{e}");
+        }
     }
 
     #[test]

@@ -189,12 +189,12 @@ class CircuitBreaker
         sync_once # the breakers added so far, at once
         slot_end = clock + @interval
         until @stopping
-          pulled = @waker.wait(slot_end - clock)
+          pulled = @waker.wait([slot_end - clock, 0.0].max)
           break if @stopping
 
           @waker.arm(pulled) # before the reports are read: later failures are news
           sync_once
-          @waker.wait(slot_end - clock) if pulled
+          @waker.wait([slot_end - clock, 0.0].max) if pulled
           slot_end = [slot_end + @interval, clock].max
           @waker.unquiet
         end

@@ -164,6 +164,29 @@ impl Breaker {
         Ok(m)
     }
 
+    /// `__peek` (private; `inspect`, lib/circuit_breaker.rb): the metrics
+    /// Hash without applying the timers that are due, so inspecting changes
+    /// nothing (no transition, no event, no fleet started); nil when
+    /// `initialize` never ran; only `state:` (the published one) while a
+    /// shared lock stays busy.
+    pub(super) fn peek(ruby: &Ruby, rb_self: &Self) -> Result<Option<RHash>, Error> {
+        let Some(this) = rb_self.0.get() else { return Ok(None) };
+        let now = this.clock.now();
+        match this.step(|b, w, c| b.peek(w, c, now)) {
+            Ok(m) => {
+                let dropped = this.shared.published().dropped();
+                metrics_hash(ruby, &m, this.shared.is_mapped(), dropped, this.fleet_status(ruby)).map(Some)
+            }
+            Err(Blocked::Busy) => {
+                let h = ruby.hash_new();
+                h.aset(sym(ruby, &KEYS[0]), state_sym(ruby, this.shared.published().state()))?;
+                h.freeze();
+                Ok(Some(h))
+            }
+            Err(b) => Err(b.into_error(ruby, &this.shared)),
+        }
+    }
+
     pub(super) fn state(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Symbol, Error> {
         Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;

@@ -391,6 +391,7 @@ pub fn init(class: RClass) -> Result<(), Error> {
     crate::cruby::define_method_args::<CallMethod>(class, c"call");
     class.define_method("state", method!(Breaker::state, 0))?;
     class.define_method("metrics", method!(Breaker::metrics, 0))?;
+    class.define_private_method("__peek", method!(Breaker::peek, 0))?;
     class.define_method("retry_after", method!(Breaker::retry_after, 0))?;
     class.define_method("trip!", method!(Breaker::trip, 0))?;
     class.define_method("reset!", method!(Breaker::reset, 0))?;
