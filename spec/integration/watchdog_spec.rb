@@ -3,8 +3,9 @@
 require "tmpdir"
 
 # The suite-wide watchdog of spec/support/watchdog.rb (docs/development.md,
-# "Testing"), on a fixture whose only example hangs: the child rspec ends
-# by itself, non-zero, naming the example, with its child process killed.
+# "Testing"), on fixtures whose only example hangs: the child rspec ends
+# by itself, non-zero, naming the example, with its child process killed;
+# or, when the run's own threads are stopped, is killed from outside.
 RSpec.describe Watchdog, :integration do
   root = File.expand_path("../..", __dir__)
   fixture = File.join(root, "spec/fixtures/watchdog")
@@ -22,6 +23,15 @@ RSpec.describe Watchdog, :integration do
       child = Integer(File.read(pid_file))
       expect { Process.kill(0, child) }.to raise_error(Errno::ESRCH), "the example's child #{child} outlived the run"
     end
+  end
+
+  it "has a process beside the run kill it, naming the example, when no Ruby thread of the run can" do
+    env = { "CIRCUIT_BREAKER_SPEC_WATCHDOG" => "2", "GC_STRESS" => nil }
+    out, status = ChildProcess.capture2e(env, RbConfig.ruby, "-S", "rspec", File.join(fixture, "stopped_spec.rb"),
+                                         chdir: fixture, within: 60)
+
+    expect(status.termsig).to eq(Signal.list.fetch("KILL")), out
+    expect(out).to include("from outside the run", '"A fixture group stops its own process"', "stopped_spec.rb:10")
   end
 
   it "bounds a phase by the environment, by metadata, and scales both under GC_STRESS=1" do

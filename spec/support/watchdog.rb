@@ -14,14 +14,48 @@ require_relative "child_process"
 # multiplies it by 10, as every allocation then runs a full GC.
 # before(:context) and after(:context) hooks are watched too, each
 # from its own start.
+#
+# A thread cannot see a hang that stops every Ruby thread (native code
+# that blocks holding the GVL, a stopped process): a small process beside
+# the run (BACKSTOP) is told each phase as it starts, and when one is still
+# running past its bound plus a margin (a fifth of it, at least 10 s), it
+# prints the phase's name and KILLs the run.
 module Watchdog
   DEFAULT = 300
   GC_STRESS_SCALE = 10
   EXIT_STATUS = 124
 
+  # The process beside the run: reads "SECONDS NAME" (a phase started) or
+  # "-" (none) lines, and ends with the run (end of file, or its pid gone).
+  BACKSTOP = <<~'RUBY'
+    run = Integer(ARGV.fetch(0))
+    now = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    phase = deadline = nil
+    loop do
+      if IO.select([$stdin], nil, nil, deadline ? (deadline - now.()).clamp(0, 1) : 1)
+        line = $stdin.gets or exit # the run ended
+        seconds, name = line.chomp.split(" ", 2)
+        phase, deadline = seconds == "-" ? [nil, nil] : [name, now.() + Float(seconds)]
+      end
+      begin
+        Process.kill(0, run)
+      rescue Errno::ESRCH
+        exit
+      end
+      next unless deadline && now.() > deadline
+
+      $stderr.write("\nSpec watchdog, from outside the run: #{phase} is still running, and the run's own " \
+                    "watchdog thread did not end it (no Ruby thread runs: native code holding the GVL, or a " \
+                    "stopped process?); killing pid #{run} (docs/development.md, \"Testing\").\n")
+      Process.kill(:KILL, run)
+      exit
+    end
+  RUBY
+
   @stack = []
   @lock = Mutex.new
   @thread = nil
+  @backstop = nil
 
   class << self
     # @return [Float] seconds a watched phase may run: `seconds` (metadata)
@@ -31,10 +65,11 @@ module Watchdog
       ENV["GC_STRESS"] == "1" ? seconds * GC_STRESS_SCALE : seconds
     end
 
-    # Starts the watching thread (once per process).
+    # Starts the watching thread and the backstop (once per process).
     def start
       return if @thread&.alive?
 
+      start_backstop
       @thread = Thread.new do
         Thread.current.name = "spec watchdog"
         Thread.current.report_on_exception = true
@@ -55,17 +90,43 @@ module Watchdog
     end
 
     def push(what, where, limit)
-      @lock.synchronize { @stack.push([what, where, limit, now]) }
+      @lock.synchronize do
+        @stack.push([what, where, limit, now])
+        tell_backstop
+      end
     end
 
     def pop
       @lock.synchronize do
         @stack.pop
         @stack[-1] = @stack[-1].dup.tap { |phase| phase[3] = now } unless @stack.empty?
+        tell_backstop
       end
     end
 
     private
+
+    def start_backstop
+      reader, writer = IO.pipe
+      pid = Process.spawn(RbConfig.ruby, "-e", BACKSTOP, Process.pid.to_s, in: reader, out: File::NULL, pgroup: true)
+      Process.detach(pid)
+      reader.close
+      writer.sync = true
+      @backstop = [writer, Process.pid]
+    end
+
+    # The phase now on top, to the backstop (from this process only: a
+    # forked child unwinding through an example's hooks must not speak).
+    def tell_backstop
+      writer, owner = @backstop
+      return unless writer && owner == Process.pid
+
+      what, where, limit, = @stack.last
+      # One line: inspect escapes a newline in the name.
+      writer.write(what ? "#{limit + [limit / 5.0, 10].max} #{what.inspect} (#{where})\n" : "-\n")
+    rescue IOError, SystemCallError
+      @backstop = nil
+    end
 
     def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
