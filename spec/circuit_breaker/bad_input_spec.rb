@@ -265,7 +265,7 @@ RSpec.describe CircuitBreaker, "bad input" do
   # on NaN. Run in a child, so that an abort fails the example, not the run.
   it "CircuitBreaker::Fleet::Waker#wait refuses NaN, infinities and negative seconds naming timeout" do
     reader, writer = IO.pipe
-    pid = fork do
+    pid = ChildProcess.fork do
       reader.close
       waker = CircuitBreaker::Fleet::Waker.new
       seen = [nan, inf, -inf, -1, -1e-9].map do |v|
@@ -282,11 +282,8 @@ RSpec.describe CircuitBreaker, "bad input" do
     # The pipe reaches its end when the child exits, or aborts.
     ended = IO.select([reader], nil, nil, 30)
     dump = ended ? reader.read : ""
-    unless ended
-      Process.kill(:TERM, pid)
-      Process.kill(:KILL, pid) unless IO.select([reader], nil, nil, 5)
-    end
-    status = Process.wait2(pid).last
+    # Bounded either way: TERM, then KILL 5 s later, if it never ended.
+    status = ended ? ChildProcess.finish(pid, within: 30) : ChildProcess.stop(pid)
     expect(status.success?).to be(true), "the child ended with #{status.inspect}"
     seen, waited = Marshal.load(dump) # rubocop:disable Security/MarshalLoad
     expect(seen).to all(match(/\Atimeout must be a finite Numeric >= 0 \(seconds\) \(got /))

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-
 # ActiveSupport::Duration wherever the gem takes seconds or milliseconds
 # (docs/configuration.md). In a fresh Ruby: ActiveSupport's core extensions
 # stay out of this suite's process.

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-
 # call(fallback:, fallback_on:) (docs/semantics.md, "Fallback").
 RSpec.describe CircuitBreaker, "#call with fallback:" do
   let(:breaker) { build_breaker(name: "orders", min_calls: 2) }
