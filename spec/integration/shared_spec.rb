@@ -1002,7 +1002,7 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
       key = shared_name("inherited")
       path = fork_worker do |out|
         breaker = described_class.new(**options, shared: key)
-        grandchild = fork do
+        grandchild = ChildProcess.fork do
           sleep 30 # holds the inherited mapping until killed
           exit!(0)
         end

@@ -108,8 +108,7 @@ module Watchdog
 
     def start_backstop
       reader, writer = IO.pipe
-      pid = Process.spawn(RbConfig.ruby, "-e", BACKSTOP, Process.pid.to_s, in: reader, out: File::NULL, pgroup: true)
-      Process.detach(pid)
+      ChildProcess.spawn(RbConfig.ruby, "-e", BACKSTOP, Process.pid.to_s, in: reader, out: File::NULL)
       reader.close
       writer.sync = true
       @backstop = [writer, Process.pid]
