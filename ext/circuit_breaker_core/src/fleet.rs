@@ -318,6 +318,12 @@ pub struct Send {
 /// How many times longer than `host_ttl` a heartbeat's report lives.
 pub const IDLE_TTL: i64 = 5;
 
+/// How many times `host_ttl` a host keeps probe slots it was granted and
+/// has not used (docs/fleet.md, "Probes across hosts"): long enough for
+/// the next call of a host that calls once every few intervals, short
+/// enough that a host that stopped calling hands them on.
+pub const HOLD_TTLS: i64 = 2;
+
 /// When a host sends for a breaker (docs/fleet.md, "Cost at scale"): at
 /// every slot, except for an idle breaker whose send would repeat the last
 /// one (its `host_ttl` aside) while the fleet's changes reach the host by
@@ -432,7 +438,8 @@ impl Breaker {
         let key_ttl_ms = longest_open_ms.saturating_mul(3).max(60_000);
         let mut words = [0i64; 3 + REPORT_LEN];
         words[..3].copy_from_slice(&[host_ttl_ms, key_ttl_ms, i64::from(cfg.half_open_calls)]);
-        words[3..].copy_from_slice(&self.fleet_report(w, cfg, now));
+        let hold = host_ttl_ms.saturating_mul(HOLD_TTLS).saturating_mul(MS);
+        words[3..].copy_from_slice(&self.fleet_report(w, cfg, now, hold));
         // Idle: nothing the fleet must hear of or act on in time (its
         // changes are pushed); see [`Pace`].
         let f = &self.fleet;
@@ -444,11 +451,13 @@ impl Breaker {
     /// (or, after it opened on its own window, the counts it opened with),
     /// its probes in the followed stage, a command or proposal, why it
     /// opened alone (0: it did not), and the `reset!` its counts follow.
+    /// Probe slots granted and unused are kept for `hold` after the grant.
     pub fn fleet_report<S: Slots, B: Buckets>(
         &mut self,
         w: &mut Window<S, B>,
         cfg: &Config,
         now: Nanos,
+        hold: Nanos,
     ) -> [i64; REPORT_LEN] {
         // Until the host leaves that opening or open_duration passes; never
         // added to calls recorded since.
@@ -464,14 +473,20 @@ impl Breaker {
             None => (w.counts(now), 0),
         };
         self.fleet.command_sent = self.fleet.command_seq;
-        // In a fleet stage: the slots this host used, plus one for each call
-        // that found none since the last send. Slots granted and unused are
-        // given back (here at once, in Redis with this send), so they go to
-        // whichever hosts ask (docs/fleet.md, "Probes across hosts").
+        // In a fleet stage: the slots this host used, plus those it holds
+        // unused for up to `hold` after they were granted, or one for each
+        // call that found none since the last send if that is more. Slots
+        // unused past `hold` are given back (here at once, in Redis with
+        // this send), so they go to whichever hosts ask; a host whose
+        // calls come several intervals apart still finds, at its next
+        // call, the slot a rejected call asked for (docs/fleet.md,
+        // "Probes across hosts").
         let f = &self.fleet;
         let want = if f.following && self.state() == State::HalfOpen {
             let used = f.passed.saturating_add(f.failed).saturating_add(self.probes_in_flight());
-            used.saturating_add(f.starved).min(cfg.half_open_calls)
+            let held = now.saturating_sub(f.granted_at) < hold;
+            let kept = if held { f.granted.saturating_sub(used) } else { 0 };
+            used.saturating_add(f.starved.max(kept)).min(cfg.half_open_calls)
         } else {
             0
         };
@@ -599,6 +614,9 @@ impl Breaker {
         // never counted before its resets.
         self.count_from_reset(w, &r, own || new_epoch);
         if self.fleet.following && r.state == State::HalfOpen && r.generation == self.fleet.stage_generation {
+            if r.granted_here > self.fleet.granted {
+                self.fleet.granted_at = now;
+            }
             self.fleet.granted = r.granted_here;
         }
         self.fleet.proposal = decide(cfg, &r, w.capacity()).into();

@@ -11,6 +11,10 @@ use crate::window::CountWindow;
 
 const SEC: Nanos = 1_000_000_000;
 
+/// How long a host keeps probe slots granted and unused: 2 × host_ttl at
+/// the default fleet_interval.
+const HOLD: Nanos = 2 * SEC;
+
 /// The defaults with the streak rule off: these tests are about the
 /// windows' counts (docs/fleet.md); `f` may turn it on.
 fn config(f: impl FnOnce(&mut Options)) -> Config {
@@ -62,7 +66,7 @@ impl Host {
     }
 
     fn report(&mut self, now: Nanos) -> [i64; REPORT_LEN] {
-        self.b.fleet_report(&mut self.w, &self.cfg, now)
+        self.b.fleet_report(&mut self.w, &self.cfg, now, HOLD)
     }
 
     fn state(&mut self, now: Nanos) -> State {
@@ -274,7 +278,7 @@ fn a_breaker_without_a_fleet_queues_no_command() {
     let mut w = window();
     let mut b = Breaker::new(1);
     b.trip(&mut w, &cfg, 0);
-    assert_eq!(b.fleet_report(&mut w, &cfg, 0)[7], 0);
+    assert_eq!(b.fleet_report(&mut w, &cfg, 0, HOLD)[7], 0);
 }
 
 #[test]
@@ -659,18 +663,65 @@ fn probe_slots_a_host_holds_unused_go_back_to_the_hosts_that_ask() {
     assert!(b.admit(0).is_none());
     assert_eq!(b.report(0)[4], 1);
     b.receive(&stage(0, 2, 1), 0);
-    // A's next send keeps the slot it used and gives the other back, at once.
-    assert_eq!(a.report(0)[4], 1);
-    assert!(a.admit(0).is_none(), "a slot given back is not used");
+    // A keeps the other for a while (its next call may be intervals away),
+    // the grant resent unchanged not lengthening that...
+    assert_eq!(a.report(SEC)[4], 2);
+    a.receive(&stage(2, 2, 1), SEC);
+    // ...and once HOLD has passed since it was granted, A's next send
+    // keeps the slot it used and gives the other back, at once.
+    assert_eq!(a.report(HOLD)[4], 1);
+    assert!(a.admit(HOLD).is_none(), "a slot given back is not used");
     // B's next send gets it, and its probe passes: the fleet's stage has
     // two passed probes of two, and closes.
-    assert!(b.admit(0).is_none());
-    assert_eq!(b.report(0)[4], 1);
-    b.receive(&stage(1, 2, 1), 0);
-    let p = b.admit(0).expect("the slot A gave back");
-    b.b.complete(&mut b.w, &b.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
+    assert!(b.admit(HOLD).is_none());
+    assert_eq!(b.report(HOLD)[4], 1);
+    b.receive(&stage(1, 2, 1), HOLD);
+    let p = b.admit(HOLD).expect("the slot A gave back");
+    b.b.complete(&mut b.w, &b.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, HOLD);
     let r = Reply::parse(&stage(1, 2, 2)).unwrap();
     assert_eq!(decide(&b.cfg, &r, Some(100)).map(|p| p.state), Some(State::Closed));
+}
+
+#[test]
+fn a_quiet_host_keeps_the_slot_a_rejected_call_asked_for_until_its_next_call() {
+    // One call every 0.5 s, sends every 0.1 s (issue: each send after the
+    // grant asked for nothing and gave the slot back before the next call,
+    // which was rejected again, forever).
+    let cfg = config(|o| o.half_open_calls = 2);
+    let mut h = Host::new(cfg);
+    let stage = |granted_here: i64| {
+        let mut v = reply(5, State::HalfOpen, 5, 5);
+        (v[14], v[15]) = (granted_here, granted_here);
+        v
+    };
+    let ms = |n: Nanos| n * 1_000_000;
+    h.receive(&stage(0), 0);
+    assert!(h.admit(0).is_none(), "no slot yet: it asks for one");
+    assert_eq!(h.report(ms(100))[4], 1);
+    h.receive(&stage(1), ms(100));
+    for t in [200, 300, 400] {
+        assert_eq!(h.report(ms(t))[4], 1, "kept at {t} ms, unused");
+        h.receive(&stage(1), ms(t));
+    }
+    let p = h.admit(ms(500)).expect("the next call probes");
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, ms(500));
+    assert_eq!((h.report(ms(600))[4], h.report(ms(600))[5]), (1, 1), "the used slot stays counted");
+}
+
+#[test]
+fn a_host_that_stopped_calling_hands_its_unused_slot_on_after_the_hold() {
+    let cfg = config(|o| o.half_open_calls = 1);
+    let mut h = Host::new(cfg);
+    let mut v = reply(5, State::HalfOpen, 5, 5);
+    h.receive(&v, 0);
+    assert!(h.admit(0).is_none());
+    assert_eq!(h.report(0)[4], 1);
+    (v[14], v[15]) = (1, 1);
+    h.receive(&v, SEC / 10);
+    assert_eq!(h.report(SEC / 10 + HOLD - 1)[4], 1, "held");
+    h.receive(&v, SEC / 10 + HOLD - 1);
+    assert_eq!(h.report(SEC / 10 + HOLD)[4], 0, "given back: the quota goes to the hosts that ask");
+    assert!(h.admit(SEC / 10 + HOLD).is_none());
 }
 
 #[test]

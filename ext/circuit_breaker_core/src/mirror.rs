@@ -106,6 +106,10 @@ pub struct HostSide {
     /// The fleet stage whose probes this host counts, and its slots.
     pub(crate) stage_generation: u64,
     pub(crate) granted: u32,
+    /// When the fleet last granted this host more slots: unused ones are
+    /// kept until [`Breaker::fleet_send`](crate::state::Breaker)'s hold
+    /// has passed since (docs/fleet.md, "Probes across hosts").
+    pub(crate) granted_at: Nanos,
     /// Calls that found no slot in the followed stage since the last send
     /// (they want one).
     pub(crate) starved: u32,
@@ -144,6 +148,7 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
             following,
             stage_generation,
             granted,
+            granted_at,
             starved,
             passed,
             failed,
@@ -237,6 +242,7 @@ impl HostSide {
             following: true,
             stage_generation: generation,
             granted: 0,
+            granted_at: 0,
             starved: 0,
             passed: 0,
             failed: 0,
