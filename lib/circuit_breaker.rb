@@ -22,10 +22,10 @@ else
   raise LoadError, "circuit_breaker: this platform gem has its native library for Ruby #{carried}, " \
                    "not #{RUBY_VERSION}: install the source gem (`gem install circuit_breaker --platform ruby`, docs/install.md)"
 end
-# Before the options: CircuitBreaker.configure's defaults go under what the
-# aliases resolved.
 require_relative "circuit_breaker/durations"
+require_relative "circuit_breaker/keys"
 require_relative "circuit_breaker/configuration"
+require_relative "circuit_breaker/kill_switched"
 require_relative "circuit_breaker/options"
 require_relative "circuit_breaker/namespace"
 require_relative "circuit_breaker/windows"

@@ -89,64 +89,6 @@ class CircuitBreaker
     end
   end
 
-  # Merges the configuration into what the caller wrote, under it: the
-  # caller's options (and a subclass's) win. Prepended before the aliases
-  # (lib/circuit_breaker/options.rb), so it sees options the aliases already
-  # resolved, and builds kill-switched breakers (CIRCUIT_BREAKER_DISABLED).
-  #
-  # @api private
-  module Configured
-    def initialize(**options)
-      config = CircuitBreaker.configuration
-      options = config.defaults.merge(options) unless config.defaults.empty?
-      options[:logger] = config.logger if config.logger && !options.key?(:logger)
-      super(**options)
-      extend(KillSwitched) if CircuitBreaker.kill_switch?
-    end
-  end
-  prepend Configured
-  private_constant :Configured
-
-  # A breaker built while `CIRCUIT_BREAKER_DISABLED=1`: admits every call,
-  # records nothing, never changes state, not even on `trip!`; `metrics`
-  # says so.
-  #
-  # @api private
-  module KillSwitched
-    # Runs the block, unrecorded: nothing is rejected, and nothing is a
-    # failure, so a fallback never answers.
-    def call(fallback: nil, fallback_on: :rejection) # rubocop:disable Lint/UnusedMethodArgument
-      raise ArgumentError, "call needs a block" unless block_given?
-
-      yield
-    end
-
-    def allow?
-      true
-    end
-
-    def record(_success, duration_ms: 0) # rubocop:disable Lint/UnusedMethodArgument
-      nil
-    end
-
-    def state
-      :disabled
-    end
-
-    # Control changes nothing either (no event, no log): the switch decides.
-    %i[trip! reset! force_open! disable!].each { |control| define_method(control) { self } }
-
-    def retry_after
-      0.0
-    end
-
-    # The window's counts, with `state: :disabled` and `kill_switch: true`.
-    def metrics
-      super.merge(state: :disabled, admit_share: 1.0, retry_after: 0.0, kill_switch: true).freeze
-    end
-  end
-  private_constant :KillSwitched
-
   @configuration = Configuration.new.freeze
   # One configure at a time: each works on a copy of the configuration in
   # force, so two at once would each publish a copy without the other's
@@ -181,31 +123,13 @@ class CircuitBreaker
         config = @configuration.dup
         yield config
         begin
-          CircuitBreaker.allocate.__send__(:initialize, **config.defaults) # checks them; the breaker is dropped
+          # Checks them, alone: a breaker built with this configuration's
+          # defaults and nothing else, then dropped.
+          CircuitBreaker.new(Options.build({}, config))
         rescue ArgumentError, TypeError => e
           raise e.class, "CircuitBreaker.configure: defaults: #{e.message}"
         end
         @configuration = config.publish
-      end
-    end
-
-    # Whether breakers are built as pass-throughs: the environment variable
-    # CIRCUIT_BREAKER_DISABLED is 1, true, yes or on (an incident's kill
-    # switch; read when each breaker is built). Unset, empty, 0, false, no
-    # or off leave breakers on; case and surrounding spaces do not matter.
-    # @return [Boolean]
-    # @raise [ArgumentError] any other value: a switch that was meant to be
-    #   thrown must not be ignored silently
-    def kill_switch?
-      value = ENV["CIRCUIT_BREAKER_DISABLED"]
-      return false if value.nil?
-
-      case value.strip.downcase
-      when "1", "true", "yes", "on" then true
-      when "", "0", "false", "no", "off" then false
-      else
-        raise ArgumentError, "CIRCUIT_BREAKER_DISABLED must be 1, true, yes or on (breakers stand aside), " \
-                             "or 0, false, no, off or empty (got #{value.inspect})"
       end
     end
   end

@@ -26,17 +26,22 @@ class CircuitBreaker
         Settings.check(fleet, interval)
       end
 
-      # Makes `breaker` (a new breaker, from its `initialize`) a fleet
-      # breaker through its {Link}, which the breaker keeps (the syncer
-      # holds links weakly). Nothing is sent, and no thread started, until
-      # the breaker's first use ({start}). With `shared:` the host id is the
-      # shared name's: every process of the host writes the same field
-      # (docs/fleet.md).
+      # Makes `breaker` (a new breaker, from its `initialize`, built with
+      # `options`) a fleet breaker: returns its {Link}, which the breaker
+      # keeps (the syncer holds links weakly). Nothing is sent, and no
+      # thread started, until the breaker's first use ({start}). With
+      # `shared:` the host id is the shared name's: every process of the
+      # host writes the same field (docs/fleet.md).
       # @api private
-      def attach(breaker, settings, interval, shared: nil, namespace: nil)
+      # @param options [Options] the breaker's, checked ({Options.build})
+      # @return [Link]
+      def attach(breaker, options)
+        settings = Settings.server(options.fleet)
+        shared = options.shared && "#{options.namespace}:#{options.shared}"
         host_key = shared && "#{Socket.gethostname}:#{Process.uid}:shared:#{shared}"
+        interval = options.fleet_interval
         syncer = @lock.synchronize { @syncers[[settings, interval]] ||= Syncer.new(settings, interval) }
-        breaker.instance_variable_set(:@fleet_link, syncer.link(breaker, host_key, namespace))
+        syncer.link(breaker, host_key, options.fleet_namespace, options.logger)
       end
 
       # A fleet breaker's first use in this process (a call, `metrics`, a
@@ -63,7 +68,7 @@ class CircuitBreaker
       # @return [String, nil]
       def environment
         env = ENV["RAILS_ENV"] || ENV["RACK_ENV"] || ENV["APP_ENV"]
-        env.nil? || env.empty? ? nil : CircuitBreaker.__send__(:__shared_key, :namespace, env)
+        env.nil? || env.empty? ? nil : Keys.key(:namespace, env)
       end
 
       # The Redis server a `fleet:` value names (its connection settings),
@@ -93,11 +98,11 @@ class CircuitBreaker
         @slots += 1
       end
 
-      # Says `text` once to each logger of `breakers`, or with `warn` when
-      # none has one: a problem of the whole link, not of one breaker.
+      # Says `text` once to each of `loggers` (nil: none), or with `warn`
+      # when none is left: a problem of the whole link, not of one breaker.
       # @api private
-      def report(text, breakers)
-        loggers = breakers.filter_map { |b| b.instance_variable_get(:@logger) }.uniq(&:object_id)
+      def report(text, loggers)
+        loggers = loggers.compact.uniq(&:object_id)
         loggers.empty? ? warn("circuit_breaker: #{text}") : loggers.each { |l| l.warn("circuit_breaker: #{text}") }
       rescue StandardError
         nil

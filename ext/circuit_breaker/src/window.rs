@@ -349,6 +349,13 @@ pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Arc<Shared>, Error> {
     ))
 }
 
+/// The window of a breaker built with `window: nil`: a new
+/// `SlidingWindow.new` with its defaults (lib/circuit_breaker/windows.rb),
+/// made here so that building a breaker crosses into Rust once.
+pub fn default_window(ruby: &Ruby) -> Result<Arc<Shared>, Error> {
+    Shared::new(ruby, WindowSpec::Count { size: 100, slow_threshold_ms: 800.0 }, None, |_| None)
+}
+
 /// The Ruby window object of a record.
 pub fn wrap(ruby: &Ruby, shared: Arc<Shared>) -> Value {
     match shared.spec {

@@ -32,13 +32,13 @@ class CircuitBreaker
       # @return [Waker] what this syncer's breakers wake it with on a failure
       attr_reader :waker
 
-      # A new breaker's link (held weakly here: a breaker nobody uses any
-      # more is dropped with its link).
+      # A new breaker's link (held weakly here, with the breaker's logger:
+      # a breaker nobody uses any more is dropped with its link).
       # @return [Link]
-      def link(breaker, host_key, namespace)
+      def link(breaker, host_key, namespace, logger)
         prefix = namespace ? "#{PREFIX}:#{namespace}" : PREFIX
         link = Link.new(breaker, @waker, host_key, prefix, @host_ttl_ms, @stale_ms)
-        @lock.synchronize { @links[link] = true }
+        @lock.synchronize { @links[link] = logger || false }
         link
       end
 
@@ -171,7 +171,7 @@ class CircuitBreaker
           @told_no_channels = true
           Fleet.report("fleet: #{error.message} (PSUBSCRIBE #{PREFIX}:*:changed): changes reach this process " \
                        "at its next send, not pushed; grant the user &#{PREFIX}:*:changed " \
-                       "(docs/fleet.md, \"Redis ACL\")", links.map(&:breaker))
+                       "(docs/fleet.md, \"Redis ACL\")", loggers)
         end
         true
       end
@@ -207,6 +207,13 @@ class CircuitBreaker
       def links
         list = []
         @links.each_key { |link| list << link }
+        list
+      end
+
+      # The loggers of this syncer's breakers (false: a breaker without one).
+      def loggers
+        list = []
+        @links.each_value { |logger| list << logger if logger }
         list
       end
 

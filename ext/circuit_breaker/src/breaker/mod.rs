@@ -24,7 +24,7 @@ use magnus::{
     function, method,
     prelude::*,
     value::{LazyId, Opaque, ReprValue},
-    DataTypeFunctions, Error, RClass, RHash, RString, Ruby, Symbol, TypedData, Value,
+    DataTypeFunctions, Error, RClass, RHash, RString, RStruct, Ruby, Symbol, TypedData, Value,
 };
 
 use crate::args;
@@ -45,7 +45,8 @@ use call::CallMethod;
 use matchers::Matchers;
 
 /// A `CircuitBreaker` object: allocated empty, set up once by
-/// `initialize` (lib/circuit_breaker/options.rb) through `__setup`.
+/// `initialize` (lib/circuit_breaker/options.rb) through `__setup`, from
+/// its `CircuitBreaker::Options`.
 #[derive(TypedData, Default)]
 #[magnus(class = "CircuitBreaker", free_immediately, size, mark)]
 pub struct Breaker(OnceLock<Inner>);
@@ -130,6 +131,49 @@ fn opt_string(ruby: &Ruby, name: &str, v: Value) -> Result<Option<RString>, Erro
     }
 }
 
+/// The seeds' one-for-one aliases (lib/circuit_breaker/options.rb): an
+/// error about the option one stood for names the alias the caller wrote.
+const ALIASES: [&str; 2] = ["threshold", "retry_time"];
+
+/// The `CircuitBreaker::Options` a breaker is built from
+/// (lib/circuit_breaker/options.rb: defaults filled in, aliases resolved,
+/// keys and seconds normalized), read member by member.
+struct Given<'a> {
+    ruby: &'a Ruby,
+    options: RStruct,
+    /// option => the alias the caller wrote for it; None when none was.
+    aliases: Option<RHash>,
+}
+
+impl<'a> Given<'a> {
+    fn new(ruby: &'a Ruby, options: RStruct) -> Result<Self, Error> {
+        let aliases = RHash::from_value(options.getmember::<_, Value>("aliases")?).filter(|h| !h.is_empty());
+        Ok(Self { ruby, options, aliases })
+    }
+
+    /// A member's value.
+    fn get(&self, member: &str) -> Result<Value, Error> {
+        self.options.getmember(member)
+    }
+
+    /// The name errors give `option`: the alias the caller wrote for it
+    /// (`threshold`), else its own.
+    fn name(&self, option: &'static str) -> &'static str {
+        let Some(aliases) = self.aliases else { return option };
+        let spelling = aliases.get(self.ruby.to_symbol(option)).and_then(Symbol::from_value);
+        let spelling = spelling.and_then(|s| s.name().ok());
+        spelling.and_then(|s| ALIASES.into_iter().find(|a| *a == s)).unwrap_or(option)
+    }
+
+    /// A core range error, naming the option as the caller wrote it and
+    /// showing the value given.
+    fn config_error(&self, mut e: circuit_breaker_core::ConfigError) -> Error {
+        let value = self.get(e.name).ok();
+        e.name = self.name(e.name);
+        config_error_given(self.ruby, e, |_| value)
+    }
+}
+
 impl Inner {
     /// One core step under the lock, with the time read by the caller.
     /// A shared lock that stays busy past its bound skips the step.
@@ -211,28 +255,32 @@ impl Breaker {
     }
 
     /// `initialize`'s native half (lib/circuit_breaker/options.rb):
-    /// converts each option `initialize` passes, aliases resolved and
-    /// defaults filled in, and builds the breaker once. Ranges are the core's
-    /// to check (`Config::new`). A new option is one line here, after its
-    /// keyword in `initialize`.
-    fn setup(ruby: &Ruby, rb_self: &Self, given: RHash) -> Result<(), Error> {
+    /// converts each member of the breaker's `Options` and builds the
+    /// breaker once. Ranges are the core's to check (`Config::new`). A new
+    /// option is one line here (or in `config`), reading its member.
+    fn setup(ruby: &Ruby, rb_self: &Self, options: RStruct) -> Result<(), Error> {
         if rb_self.0.get().is_some() {
             return Err(Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"));
         }
-        let g = |key: &str| -> Result<Value, Error> { given.fetch(ruby.to_symbol(key)) };
-        let cfg = Self::config(ruby, given)?;
+        let given = Given::new(ruby, options)?;
+        let g = |key: &str| given.get(key);
+        let cfg = Self::config(&given)?;
         let record_errors = Matchers::parse(ruby, "record_errors", g("record_errors")?)?;
         let ignore_errors = Matchers::parse(ruby, "ignore_errors", g("ignore_errors")?)?;
         let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
         let name = opt_string(ruby, "name", g("name")?)?;
         let clock = ClockSource::from_arg(ruby, g("clock")?)?;
-        // Checked and made UTF-8 in Ruby (lib/circuit_breaker/namespace.rb).
+        // Checked and made UTF-8 in Ruby (lib/circuit_breaker/keys.rb).
         let shared_key = opt_string(ruby, "shared", g("shared")?)?;
         let namespace = opt_string(ruby, "namespace", g("namespace")?)?;
         let name = name.or(shared_key).map(|s| Opaque::from(RString::new_frozen(s)));
 
-        let window = g("window")?;
-        let template = shared_of(ruby, window)?;
+        // nil: a new SlidingWindow with its defaults.
+        let window = Some(g("window")?).filter(|w| !w.is_nil());
+        let template = match window {
+            Some(w) => shared_of(ruby, w)?,
+            None => crate::window::default_window(ruby)?,
+        };
         // The breaker's clock, else a TimeWindow's own, else the system's.
         let clock = clock
             .or_else(|| template.own_clock().cloned())
@@ -264,19 +312,33 @@ impl Breaker {
             .map_err(|_| Error::new(ruby.exception_runtime_error(), "CircuitBreaker is already initialized"))
     }
 
-    /// The validated configuration of the options `initialize` passed.
-    fn config(ruby: &Ruby, given: RHash) -> Result<Config, Error> {
-        let g = |key: &str| -> Result<Value, Error> { given.fetch(ruby.to_symbol(key)) };
-        let float = |key: &'static str| args::float(ruby, key, g(key)?);
+    /// The validated configuration of the breaker's options. The seeds'
+    /// `probe_ratio:` (with `half_open_window:`) stand for `ramp:` (and
+    /// `half_open_calls:`), checked first, under their own names.
+    fn config(given: &Given) -> Result<Config, Error> {
+        let ruby = given.ruby;
+        let g = |key: &str| given.get(key);
+        let float = |key: &'static str| args::float(ruby, given.name(key), g(key)?);
         let opt_float = |key: &'static str| args::opt_float(ruby, key, g(key)?);
         let integer = |key: &'static str| args::integer(ruby, key, g(key)?);
+        let ratio = g("probe_ratio")?;
+        let (ramp, half_open_calls) = if ratio.is_nil() {
+            (args::floats(ruby, "ramp", g("ramp")?)?, integer("half_open_calls")?)
+        } else {
+            let (share, quota) = Self::seed_probes(ruby, ratio, g("half_open_window")?)?;
+            let quota = match quota {
+                Some(quota) => quota,
+                None => integer("half_open_calls")?,
+            };
+            (vec![share], quota)
+        };
         let options = Options {
             error_rate_threshold: float("error_rate_threshold")?,
             slow_rate_threshold: float("slow_rate_threshold")?,
             min_calls: integer("min_calls")?,
             open_duration: float("open_duration")?,
-            half_open_calls: integer("half_open_calls")?,
-            ramp: args::floats(ruby, "ramp", g("ramp")?)?,
+            half_open_calls,
+            ramp,
             advance_rate: float("advance_rate")?,
             reopen_rate: opt_float("reopen_rate")?,
             half_open_timeout: opt_float("half_open_timeout")?,
@@ -289,7 +351,7 @@ impl Breaker {
             fleet_quorum: opt_float("fleet_quorum")?.unwrap_or(Options::default().fleet_quorum),
             consecutive_failures: args::opt_integer(ruby, "consecutive_failures", g("consecutive_failures")?)?,
         };
-        Config::new(&options).map_err(|e| config_error_given(ruby, e, |name| g(name).ok()))
+        Config::new(&options).map_err(|e| given.config_error(e))
     }
 
     /// `shared:`: the given window is only a template; the live one is in
@@ -312,12 +374,13 @@ impl Breaker {
         Ok((mapped, window))
     }
 
-    /// A breaker of this process: it records into the given window, which
-    /// no other breaker may use, bound to the breaker's clock.
+    /// A breaker of this process: it records into the given window (None:
+    /// the new default one), which no other breaker may use, bound to the
+    /// breaker's clock.
     fn own(
         ruby: &Ruby,
         template: Arc<Shared>,
-        window: Value,
+        window: Option<Value>,
         clock: &ClockSource,
     ) -> Result<(Arc<Shared>, Value), Error> {
         if !template.attach() {
@@ -330,13 +393,15 @@ impl Breaker {
             template.detach();
             return Err(e);
         }
+        let window = window.unwrap_or_else(|| crate::window::wrap(ruby, template.clone()));
         Ok((template, window))
     }
 
     /// The seeds' `probe_ratio:` r, with `half_open_window:` w, as the
     /// share of `ramp: [r]` and `half_open_calls: max(1, floor(w * r))`,
-    /// each checked by the core under the name the caller wrote (docs/configuration.md;
-    /// lib/circuit_breaker/options.rb decides when they apply).
+    /// each checked by the core under the name the caller wrote
+    /// (docs/configuration.md; lib/circuit_breaker/options.rb decides when
+    /// they apply).
     fn seed_probes(ruby: &Ruby, ratio: Value, window: Value) -> Result<(f64, Option<i64>), Error> {
         let given = |name: &str| Some(if name == "probe_ratio" { ratio } else { window });
         let r =
@@ -385,7 +450,6 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_alloc_func::<Breaker>();
     class.define_private_method("__setup", method!(Breaker::setup, 1))?;
     class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
-    class.singleton_class()?.define_private_method("__seed_probes", function!(Breaker::seed_probes, 2))?;
     // The hot path: entered without magnus's receiver conversion (see
     // cruby::define_method_args).
     crate::cruby::define_method_args::<CallMethod>(class, c"call");
