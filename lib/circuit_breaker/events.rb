@@ -40,7 +40,7 @@ class CircuitBreaker
       raise ArgumentError, "on_reject needs a block" unless listener
 
       (@reject_listeners ||= []) << listener
-      __send__(:__notify_rejects=, true)
+      self.__notify_rejects = true
       self
     end
 

@@ -167,7 +167,7 @@ class CircuitBreaker
       found = found.call(env) if found.respond_to?(:call) && !found.is_a?(CircuitBreaker)
       case found
       when CircuitBreaker then found
-      when String, Symbol then CircuitBreaker.__send__(:registered, found)
+      when String, Symbol then Registry.registered(found)
       else
         raise TypeError, "CircuitBreaker::Faraday: breaker: returned #{found.class}, not a CircuitBreaker or a name"
       end

@@ -14,6 +14,7 @@ class CircuitBreaker
     LOCK = Mutex.new
     # name (frozen String) => [breaker, options given at creation (frozen)]
     ENTRIES = {}
+    @scope_warned = false
 
     class << self
       # Rebuilds every registered `shared:` breaker under its namespace with
@@ -55,6 +56,57 @@ class CircuitBreaker
       #   never creating one
       def lookup(key)
         locked { ENTRIES[key]&.first }
+      end
+
+      # The breaker registered under `name`, never creating one.
+      # @raise [ArgumentError] when no breaker is registered under that name
+      # @raise [TypeError] a name that is neither a String nor a Symbol
+      def registered(name)
+        lookup(key(name)) ||
+          raise(ArgumentError, "no breaker is registered as #{name.to_s.inspect}; " \
+                               "register it first with CircuitBreaker.for(#{name.to_s.inspect}, **options)")
+      end
+
+      # The breaker {CircuitBreaker.for} registers under `key`: `options` as
+      # given, host-wide when they say nothing of `shared:` and the default
+      # scope is `:host`. When the host cannot have it (a platform without
+      # shared memory, a read-only or full file system, too many open files,
+      # a directory another user owns...), the breaker is per process, and
+      # the first such breaker of the process warns, naming the cause. An
+      # explicit `shared:` raises instead, as CircuitBreaker.new does.
+      def build(key, options)
+        return CircuitBreaker.new(**options, name: key) if options.key?(:shared) || CircuitBreaker.default_scope == :process
+
+        unless CircuitBreaker.shared_supported?
+          return per_process(key, options, "this platform has no shared memory for breakers (docs/install.md)")
+        end
+
+        begin
+          CircuitBreaker.new(**options, name: key, shared: key)
+        rescue SystemCallError, ArgumentError => e
+          # The binding's shared-file errors are ArgumentErrors starting with
+          # "shared:" (a name too long for a file, a planted directory or
+          # file); any other ArgumentError is a bad option, raised as is.
+          raise if e.is_a?(ArgumentError) && !e.message.start_with?("shared:")
+
+          per_process(key, options, "#{e.class}: #{e.message}")
+        end
+      end
+
+      # A breaker of this process, for a name that cannot be host-wide;
+      # the first one warns.
+      def per_process(key, options, cause)
+        breaker = CircuitBreaker.new(**options, name: key)
+        unless @scope_warned
+          @scope_warned = true
+          message = "circuit_breaker: CircuitBreaker.for(#{key.inspect}) is per process, not host-wide as by default: " \
+                    "#{cause}. Breakers of CircuitBreaker.for that cannot be host-wide are per process " \
+                    "(metrics[:scope] == :process); this is said once per process. Set " \
+                    "CircuitBreaker.configure { |c| c.scope = :process } to choose that (docs/shared.md, \"Host scope\")."
+          logger = CircuitBreaker.configuration.logger
+          logger ? logger.warn(message) : Kernel.warn(message)
+        end
+        breaker
       end
 
       # The options that tell breakers apart, without `name:` (checked
@@ -161,7 +213,7 @@ class CircuitBreaker
       breaker, registered = Registry.locked do
         Registry::ENTRIES[key] ||= begin
           created = true
-          [CircuitBreaker.__send__(:__registered_breaker, key, options), options].freeze
+          [Registry.build(key, options), options].freeze
         end
       end
       return breaker if created || options.empty?
@@ -172,18 +224,6 @@ class CircuitBreaker
 
       breaker
     end
-
-    # The breaker registered under `name`, never creating one.
-    #
-    # @api private
-    # @raise [ArgumentError] when no breaker is registered under that name
-    # @raise [TypeError] a name that is neither a String nor a Symbol
-    def registered(name)
-      Registry.lookup(Registry.key(name)) ||
-        raise(ArgumentError, "no breaker is registered as #{name.to_s.inspect}; " \
-                             "register it first with CircuitBreaker.for(#{name.to_s.inspect}, **options)")
-    end
-    private :registered
 
     # A snapshot of the registry: a frozen Hash of name (String) => breaker,
     # in registration order. Later registrations do not change it.

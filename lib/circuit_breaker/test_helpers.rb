@@ -23,7 +23,7 @@ class CircuitBreaker
     # @param seconds [Numeric, ActiveSupport::Duration] finite, >= 0
     # @return [nil]
     def advance_circuit_breakers(seconds)
-      CircuitBreaker.__send__(:__travel, CircuitBreaker.const_get(:Durations).seconds(seconds))
+      TimeTravel.advance(Durations.seconds(seconds))
       nil
     end
 
@@ -74,7 +74,7 @@ class CircuitBreaker
       suffix = ".worker#{Process.pid}"
       old_default = CircuitBreaker.default_namespace
       CircuitBreaker.default_namespace = "#{old_default}#{suffix}"
-      CircuitBreaker.const_get(:Registry).move_shared_apart(suffix, old_default)
+      Registry.move_shared_apart(suffix, old_default)
     end
 
     # Makes ActiveSupport's time helpers (`travel`, `travel_to`,
@@ -102,7 +102,7 @@ class CircuitBreaker
       # Timecop 0.9.9+ with mock_process_clock moves Process.clock_gettime too.
       real = Process.respond_to?(:clock_gettime_without_mock) ? :clock_gettime_without_mock : :clock_gettime
       ahead = at.to_f - Process.public_send(real, Process::CLOCK_REALTIME)
-      CircuitBreaker.__send__(:__follow_time, ahead, new_test)
+      TimeTravel.follow(ahead, new_test)
     end
 
     # ActiveSupport's time helpers, followed. `travel` and `freeze_time`
@@ -171,7 +171,7 @@ class CircuitBreaker
     def self.resolve(breaker)
       return breaker if breaker.is_a?(CircuitBreaker)
 
-      CircuitBreaker.__send__(:registered, breaker)
+      Registry.registered(breaker)
     end
 
     # Whether a breaker (or a registered name) is in `state`: :open (open

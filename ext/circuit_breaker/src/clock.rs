@@ -120,7 +120,7 @@ impl ManualClock {
     }
 }
 
-/// `CircuitBreaker.__travel(seconds)` (private; the test helpers'
+/// `CircuitBreaker::TimeTravel.advance(seconds)` (the test helpers'
 /// `advance_circuit_breakers`, lib/circuit_breaker/test_helpers.rb): moves
 /// the process's system clocks `seconds` further forward. Returns the
 /// offset.
@@ -131,9 +131,9 @@ fn travel(ruby: &Ruby, seconds: Value) -> Result<f64, Error> {
     Ok(secs_from_nanos(total))
 }
 
-/// `CircuitBreaker.__follow_time(ahead, new_test)` (private; the test
+/// `CircuitBreaker::TimeTravel.follow(ahead, new_test)` (the test
 /// helpers, after each move of `Time.now`): the process's system clocks
-/// are `ahead` seconds ahead of the real time, plus what `__travel` added
+/// are `ahead` seconds ahead of the real time, plus what `advance` added
 /// unless a test starts. Returns the offset.
 fn follow_time(ruby: &Ruby, ahead: Value, new_test: bool) -> Result<f64, Error> {
     let ahead = args::float(ruby, "ahead", ahead)?;
@@ -145,8 +145,11 @@ pub fn init(ruby: &Ruby, namespace: RClass) -> Result<(), Error> {
     // an interposed one): done here, as the extension loads, rather than in
     // whichever call or thread reads the clock first.
     MonotonicClock.now();
-    namespace.singleton_class()?.define_private_method("__travel", function!(travel, 1))?;
-    namespace.singleton_class()?.define_private_method("__follow_time", function!(follow_time, 2))?;
+    // The test helpers' seam (@api private): the process's system clocks
+    // moved, never a breaker's own.
+    let travel_module = namespace.define_module("TimeTravel")?;
+    travel_module.define_singleton_method("advance", function!(travel, 1))?;
+    travel_module.define_singleton_method("follow", function!(follow_time, 2))?;
     let class = namespace.define_class("ManualClock", ruby.class_object())?;
     class.define_alloc_func::<ManualClock>();
     class.define_private_method("__setup", method!(ManualClock::setup, 1))?;

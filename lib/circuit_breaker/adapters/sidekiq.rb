@@ -60,7 +60,7 @@ class CircuitBreaker
           name = job[BREAKER_KEY]
           return yield if name.nil?
 
-          breaker = CircuitBreaker.__send__(:registered, name)
+          breaker = Registry.registered(name)
           deferrals = job[DEFERRALS_KEY].to_i
           # `state` applies due timers and takes no probe permit: a
           # half-open breaker lets the job run, and the job's own calls
