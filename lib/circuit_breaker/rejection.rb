@@ -49,7 +49,12 @@ class CircuitBreaker
     end
   end
 
-  # Prepended to `CircuitBreaker::Error`'s singleton class (so that
+  # The rule, in one place: an adapter's rejection is a
+  # `CircuitBreaker::OpenError` (and a `CircuitBreaker::Error`) for
+  # `rescue`, `case` and a breaker's `record_errors:`/`ignore_errors:`,
+  # which ask `===` of the gem's errors when the exception comes
+  # (ext/circuit_breaker/src/breaker/matchers.rs), whenever the breaker was
+  # built. Prepended to `CircuitBreaker::Error`'s singleton class (so that
   # `OpenError`, which inherits it, sees it too) by `require`ing an adapter:
   # the gem alone keeps Ruby's own `Module#===` on its rejection path.
   #

@@ -9,6 +9,10 @@ use magnus::{prelude::*, value::Lazy, Error, ExceptionClass, RClass, Ruby, Value
 pub static OPEN_ERROR: Lazy<ExceptionClass> =
     Lazy::new(|ruby| open_error_class(ruby).unwrap_or_else(|_| ruby.exception_standard_error()));
 
+/// `CircuitBreaker::Error`, the root of the gem's errors.
+pub static ERROR: Lazy<ExceptionClass> =
+    Lazy::new(|ruby| declared(ruby, "Error").unwrap_or_else(|_| ruby.exception_standard_error()));
+
 /// `CircuitBreaker::Failure`: raised inside `call`, always a failure.
 pub static FAILURE: Lazy<ExceptionClass> =
     Lazy::new(|ruby| declared(ruby, "Failure").unwrap_or_else(|_| ruby.exception_standard_error()));

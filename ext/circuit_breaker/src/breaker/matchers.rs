@@ -8,7 +8,7 @@ use magnus::{
 };
 
 use crate::cruby;
-use crate::errors::{type_error, FAILURE};
+use crate::errors::{type_error, ERROR, FAILURE};
 
 use super::{Inner, ID_CALL};
 
@@ -35,7 +35,11 @@ pub(super) fn timeout_classes(ruby: &Ruby) -> &'static [cruby::Raw] {
 /// `record_errors:` / `ignore_errors:` sorted for matching: classes and
 /// modules as raw handles (pinned by the breaker's mark function, so they
 /// never move), those that define their own `===` apart (matched by
-/// calling it, as `rescue` does), callables apart.
+/// calling it, as `rescue` does), callables apart. `CircuitBreaker::Error`
+/// and its subclasses are always asked with `===`, at call time: requiring
+/// an adapter gives `CircuitBreaker::OpenError` and `CircuitBreaker::Error`
+/// a `===` that also accepts its rejections (lib/circuit_breaker/rejection.rb,
+/// the rule's one place), whenever the breaker was built.
 #[derive(Default)]
 pub(super) struct Matchers {
     modules: Vec<cruby::Raw>,
@@ -51,6 +55,11 @@ pub(super) fn plain_eqq(ruby: &Ruby, module: Value) -> Result<bool, Error> {
     let method: Value = module.funcall("method", (*ID_EQQ,))?;
     let owner: Value = method.funcall("owner", ())?;
     Ok(cruby::raw(owner) == cruby::raw(ruby.class_module()))
+}
+
+/// Whether `module` is `CircuitBreaker::Error` or one of its subclasses.
+fn gem_error(ruby: &Ruby, module: Value) -> bool {
+    RClass::from_value(module).is_some_and(|class| class.is_inherited(ruby.get_inner(&ERROR)))
 }
 
 impl Matchers {
@@ -73,7 +82,7 @@ impl Matchers {
                 }
                 None => return Err(type_error(ruby, name, WHAT, item)),
             };
-            if module && plain_eqq(ruby, item)? {
+            if module && plain_eqq(ruby, item)? && !gem_error(ruby, item) {
                 m.modules.push(cruby::raw(item));
             } else if module {
                 m.own_eqq.push(Opaque::from(item));
