@@ -13,7 +13,10 @@
 //!   (the waiting syncer only parks and reads atomics), so a `fork` never
 //!   finds one held by a thread that no longer exists;
 //! - a wake is never lost: the failure bit is set before the unpark, and a
-//!   park after an unpark returns at once.
+//!   park after an unpark returns at once;
+//! - a wait's timeout is relative, measured by the kernel: a clock the
+//!   process reads differently (libfaketime an hour ahead) never stretches
+//!   it (see [`park`]).
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
@@ -63,6 +66,59 @@ pub struct Wake {
     doorbell: OnceLock<&'static Doorbell>,
     /// Its rings when the syncer last read the reports.
     rings_seen: AtomicU32,
+    /// Bumped by every unpark: the word the syncer's thread sleeps on
+    /// (see [`park`]).
+    parked: AtomicU32,
+}
+
+/// The syncer's sleep, with a relative timeout. `std::thread::park_timeout`
+/// sleeps until an absolute deadline it computes from `clock_gettime`,
+/// which the kernel then measures on its own clock: in a process whose
+/// `clock_gettime` is interposed (libfaketime an hour ahead), a 0.1 s wait
+/// lasted an hour, and the host's syncer stopped sending (a `reset!` made
+/// there never reached the fleet). On Linux a futex wait with a relative
+/// timeout instead; elsewhere the thread's parker (the unpark reaches
+/// either).
+mod park {
+    use std::sync::atomic::AtomicU32;
+    use std::time::Duration;
+
+    /// Sleeps while `word` is `seen`, for at most `timeout` (None: until
+    /// woken), or until woken, or spuriously.
+    #[cfg(all(target_os = "linux", not(feature = "portable")))]
+    pub fn wait(word: &AtomicU32, seen: u32, timeout: Option<Duration>) {
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: t.subsec_nanos() as _,
+        });
+        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: FUTEX_WAIT reads the word at this address (alive for the
+        // call) and sleeps only while it equals `seen`; `ts_ptr` is null or
+        // points to a relative timeout that outlives the call.
+        unsafe {
+            libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, ts_ptr);
+        }
+    }
+
+    /// Wakes the thread sleeping on `word`.
+    #[cfg(all(target_os = "linux", not(feature = "portable")))]
+    pub fn wake(word: &AtomicU32) {
+        // SAFETY: FUTEX_WAKE only uses the address as a key.
+        unsafe {
+            libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX);
+        }
+    }
+
+    #[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+    pub fn wait(_word: &AtomicU32, _seen: u32, timeout: Option<Duration>) {
+        match timeout {
+            Some(t) => std::thread::park_timeout(t),
+            None => std::thread::park(),
+        }
+    }
+
+    #[cfg(not(all(target_os = "linux", not(feature = "portable"))))]
+    pub fn wake(_word: &AtomicU32) {}
 }
 
 impl Wake {
@@ -88,6 +144,9 @@ impl Wake {
     pub fn wait(&self, timeout: Duration, stop: &AtomicBool) -> bool {
         let deadline = Instant::now().checked_add(timeout);
         loop {
+            // Read before the state: an unpark after this read changes the
+            // word, and the sleep below returns at once.
+            let parked = self.parked.load(Ordering::Acquire);
             // Read first: a ring after this read changes the word, and the
             // futex wait below returns at once.
             let bell = self.doorbell.get().map(|d| (d, d.load()));
@@ -114,8 +173,7 @@ impl Wake {
             };
             match (bell, left) {
                 (Some((d, word)), left) => d.wait(word, left.unwrap_or(Duration::from_secs(3600))),
-                (None, Some(left)) => std::thread::park_timeout(left),
-                (None, None) => std::thread::park(),
+                (None, left) => park::wait(&self.parked, parked, left),
             }
         }
     }
@@ -166,6 +224,8 @@ impl Wake {
     /// Ruby wants the waiting thread back: wakes it wherever it waits
     /// (callable without the GVL: atomics, an unpark, a futex wake).
     pub fn interrupt(&self, thread: &Thread) {
+        self.parked.fetch_add(1, Ordering::AcqRel);
+        park::wake(&self.parked);
         thread.unpark();
         if let Some(d) = self.doorbell.get() {
             d.wake();
@@ -194,6 +254,8 @@ impl Wake {
         if let Some(d) = self.doorbell.get() {
             d.wake();
         }
+        self.parked.fetch_add(1, Ordering::AcqRel);
+        park::wake(&self.parked);
         if let Some(t) = self.thread.lock().as_ref() {
             t.unpark();
         }

@@ -1,0 +1,50 @@
+# frozen_string_literal: true
+
+require "rbconfig"
+require_relative "child_process"
+
+# A fleet host in a process of its own (for the `:redis` groups), driven by
+# lines on its stdin: each line is answered with the host's state and
+# fleet status after it acted ("reset": reset!, "trip": trip!, anything
+# else: nothing). `prefix` runs it under another command (`faketime -f
+# +1h`). Bounded: ChildProcess reaps it (TERM, then KILL).
+#
+# @example
+#   FleetHost.run(name, url, open_duration: 0.3) do |host|
+#     host.("state")   # => [:closed, :connected]
+#   end
+module FleetHost
+  LIB = File.expand_path("../../lib", __dir__)
+
+  # Yields a lambda that sends a line and returns the answer as Symbols,
+  # once the host is :connected; returns the block's value.
+  def self.run(name, url, prefix: [], **options)
+    script = <<~RUBY
+      $LOAD_PATH.unshift #{LIB.inspect}
+      require "circuit_breaker"
+      b = CircuitBreaker.new(name: #{name.inspect}, fleet: #{url.inspect}, **#{options.inspect})
+      limit = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+      sleep 0.02 until b.metrics[:fleet] == :connected || Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
+      $stdout.puts "ready \#{b.metrics[:fleet]} \#{Time.now.utc.hour}"; $stdout.flush
+      while (line = $stdin.gets)
+        b.reset! if line.start_with?("reset")
+        b.trip! if line.start_with?("trip")
+        $stdout.puts "\#{b.state} \#{b.metrics[:fleet]}"; $stdout.flush
+      end
+    RUBY
+    ChildProcess.popen2(*prefix, RbConfig.ruby, "-e", script, err: File::NULL) do |stdin, io, _|
+      ready = ChildProcess.gets(io).to_s.split
+      raise "fleet host not connected: #{ready.inspect}" unless ready[0..1] == %w[ready connected]
+
+      ask = lambda do |line|
+        stdin.puts(line)
+        stdin.flush
+        ChildProcess.gets(io).split.map(&:to_sym)
+      end
+      ask.define_singleton_method(:hour) { Integer(ready[2]) }
+      yield ask
+    ensure
+      stdin.close unless stdin.closed?
+    end
+  end
+end
