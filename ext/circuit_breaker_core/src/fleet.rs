@@ -443,7 +443,7 @@ impl Breaker {
         // Idle: nothing the fleet must hear of or act on in time (its
         // changes are pushed); see [`Pace`].
         let f = &self.fleet;
-        let idle = f.connected && !f.following && !f.command.is_some() && !f.proposal.is_some();
+        let idle = f.connected && !f.following && !f.resync && !f.command.is_some() && !f.proposal.is_some();
         Send { words, idle }
     }
 
@@ -568,15 +568,27 @@ impl Breaker {
             .get()
             .is_some_and(|a| r.state == State::Open && (r.epoch != a.epoch || r.version > a.version));
         if r.pushed {
-            // Only a newer state of the same fleet: a push may arrive
-            // after this host's own reply showed a later one.
-            if r.epoch == self.fleet.epoch && r.version > self.fleet.version {
+            // Only a newer state: a push may arrive after this host's own
+            // reply showed a later one. A newer epoch is the fleet state
+            // rebuilt (wiped keys, a restarted Redis: epochs are Redis's
+            // times), followed at once too, and this host's report, gone
+            // with the old keys, goes at the next slot (docs/fleet.md,
+            // "Outages"): an idle host would otherwise hear of it only at
+            // its next heartbeat, seconds later.
+            let known = self.fleet.epoch != 0;
+            let same = r.epoch == self.fleet.epoch;
+            if known && !same {
+                self.fleet.resync = true;
+            }
+            if (same && r.version > self.fleet.version) || (known && r.epoch > self.fleet.epoch) {
+                self.fleet.epoch = r.epoch;
                 self.fleet.version = r.version;
                 self.follow(w, cfg, &r, now, &mut out);
                 // Its own reset!'s push, ahead of the reply: the window
-                // was emptied when the action was taken.
+                // was emptied when the action was taken; a rebuilt fleet
+                // never counted this host before its resets.
                 let own = self.fleet.command.is_some();
-                self.count_from_reset(w, &r, own);
+                self.count_from_reset(w, &r, own || !same);
             }
             if alone_done {
                 self.fleet.alone = Maybe::none();
@@ -591,6 +603,7 @@ impl Breaker {
         let rejoined = !self.fleet.connected && matches!(r.state, State::Open | State::HalfOpen);
         let new_epoch = r.epoch != self.fleet.epoch;
         self.fleet.connected = true;
+        self.fleet.resync = false;
         // The reply to this host's own manual action: the script applied
         // it and answered with the state it made, which this host entered
         // when the action was taken (calls recorded since must stay).

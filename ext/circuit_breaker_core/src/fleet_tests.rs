@@ -425,6 +425,35 @@ fn a_pushed_state_is_followed_only_when_newer_and_sends_nothing_back() {
 }
 
 #[test]
+fn a_push_of_a_rebuilt_fleet_state_is_followed_at_once_and_the_idle_host_sends_again() {
+    // Wiped keys (FLUSHALL): another host's trip! rebuilds the state with a
+    // new epoch (Redis's time, later) and pushes it. An idle host followed
+    // only its next heartbeat's reply, seconds later.
+    let mut h = Host::new(config(|o| o.open_duration = 30.0));
+    let mut closed = reply(3, State::Closed, 3, 7);
+    closed[1] = 100;
+    h.receive(&closed, 0);
+    assert!(h.b.fleet_send(&mut h.w, &h.cfg, 0, 1_000).idle);
+    let mut older = reply(9, State::Open, 9, 7);
+    (older[0], older[1], older[6]) = (2, 50, 10_000);
+    assert!(h.receive(&older, 0).is_empty(), "a late push of an older epoch changes nothing");
+    let mut rebuilt = reply(1, State::Open, 1, 7);
+    (rebuilt[0], rebuilt[1], rebuilt[6]) = (2, 200, 10_000);
+    assert_eq!(h.receive(&rebuilt, 0), vec![(State::Closed, State::Open, Reason::Manual)]);
+    assert_eq!(h.b.remaining(0), 10 * SEC);
+    let mut next = reply(2, State::Closed, 2, 7);
+    (next[0], next[1]) = (2, 200);
+    assert_eq!(h.receive(&next, SEC), vec![(State::Open, State::Closed, Reason::Manual)], "then its later pushes");
+    assert!(!h.b.fleet_send(&mut h.w, &h.cfg, SEC, 1_000).idle, "its report went with the old keys: sent");
+    (next[0], next[2]) = (1, 2);
+    h.receive(&next, SEC);
+    assert!(h.b.fleet_send(&mut h.w, &h.cfg, SEC, 1_000).idle, "idle again once a reply came");
+    // A host that never had a reply follows no push of any epoch.
+    let mut new = Host::new(config(|_| {}));
+    assert!(new.receive(&rebuilt, 0).is_empty());
+}
+
+#[test]
 fn one_process_sends_for_a_shared_record_until_it_goes_silent() {
     let mut h = Host::new(config(|_| {}));
     assert!(h.b.fleet_claim(10, 0, SEC));

@@ -103,6 +103,9 @@ pub struct HostSide {
     pub(crate) version: u64,
     /// Enforcing a fleet opening or half-open: probes only within grants.
     pub(crate) following: bool,
+    /// A push showed a fleet state of another epoch (its keys rebuilt):
+    /// the next send goes, idle or not, until a reply comes.
+    pub(crate) resync: bool,
     /// The fleet stage whose probes this host counts, and its slots.
     pub(crate) stage_generation: u64,
     pub(crate) granted: u32,
@@ -146,6 +149,7 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
             epoch,
             version,
             following,
+            resync,
             stage_generation,
             granted,
             granted_at,
