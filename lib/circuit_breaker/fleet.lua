@@ -4,7 +4,7 @@
 -- slots up to the quota. Every decision is the Rust core's (fleet.rs).
 --
 -- The wire format is written twice: here (REPORT, REPLY) and in the Rust
--- core (ext/circuit_breaker_core/src/fleet.rs, REPORT_FIELDS and
+-- core (ext/circuit_breaker_rules/src/fleet/wire.rs, REPORT_FIELDS and
 -- REPLY_FIELDS); spec/fleet/wire_spec.rb checks one against the other.
 --
 -- KEYS[1] hosts hash, KEYS[2] state hash.

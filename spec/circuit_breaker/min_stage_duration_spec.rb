@@ -2,7 +2,7 @@
 
 # docs/semantics.md min_stage_duration: a half-open stage advances only when its
 # probes pass at or after it has lasted that long; an earlier pass starts a
-# new round of the same stage (the core's rules: cargo test, state_tests.rs).
+# new round of the same stage (the rules crate: cargo test, breaker/tests.rs).
 RSpec.describe CircuitBreaker, "min_stage_duration" do
   include BreakerHelpers
 

@@ -60,7 +60,7 @@ RSpec.describe CircuitBreaker, "stores" do
     it_behaves_like "a breaker store", counters: :process, extra_metrics: { fleet: :connected, fleet_reason: nil }, disagreements: {
       trip_then_clock: "fleet: the host follows the fleet's opening its own trip! made (its reply and its " \
                        "pushed copy alike), whose end only Redis's clock decides " \
-                       "(ext/circuit_breaker_core/src/fleet.rs: `decide` waits for the reply's remaining time " \
+                       "(ext/circuit_breaker_rules/src/fleet/: `decide` waits for the reply's remaining time " \
                        "to reach 0, and `follow` leaves a half-open host no probe slot meanwhile), so a host " \
                        "whose own clock ended the open period admits no probe until open_duration has passed " \
                        "in Redis's time"

@@ -3,7 +3,7 @@
 require "securerandom"
 require "circuit_breaker/fleet"
 # The fleet's half-open stage judged by the host's rule (docs/semantics.md,
-# "half_open"; core: ramp::step): a round between reopen_rate and
+# "half_open"; core: ramp::Next): a round between reopen_rate and
 # advance_rate starts the stage over once, and a second one in a row
 # reopens the fleet, on a real redis-server. Waits are bounded.
 RSpec.describe "CircuitBreaker fleet: a stage between the rates", :redis do

@@ -1,49 +1,27 @@
-//! Time as plain integers.
+//! The clocks callers read `now` from.
 //!
-//! The core never reads a clock by itself: every entry point takes `now` in
-//! [`Nanos`], read once by the caller. This file only provides the two
-//! sources callers use: the system-wide monotonic clock (the same in every
-//! process of a host, which shared state relies on) and a manual clock for
-//! tests. Both are cheap enough for the hot path and never go backwards
-//! on their own.
+//! The rules never read a clock by themselves: every entry point takes
+//! `now` in [`Nanos`] (the rules crate's time arithmetic, re-exported here),
+//! read once by the caller. This file provides the two sources callers
+//! use: the system-wide monotonic clock (the same in every process of a
+//! host, which shared state relies on) and a manual clock for tests. Both
+//! are cheap enough for the hot path and never go backwards on their own.
 //!
 //! A process-wide offset, set by the test helpers ([`advance_secs`],
 //! [`follow_secs`]), is added to the two system clocks so that a test suite
 //! can move every breaker of the process at once (docs/testing.md); unused,
 //! it costs one relaxed load per reading. It can move back (a test's
 //! `travel_back`), so a record may hold times ahead of `now`: the state
-//! machine and the time window clamp them at their next step
-//! (state.rs, window.rs). Records other processes read (`shared:`) use
+//! machine and the time window clamp them at their next step (the rules
+//! crate's breaker/ and window.rs). Records other processes read (`shared:`) use
 //! [`HostClock`], which the offset never moves.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// A point in time or a duration, in nanoseconds. Arithmetic on it saturates.
-pub type Nanos = i64;
-
-/// Nanoseconds in one second.
-pub const NANOS_PER_SEC: f64 = 1e9;
-
-/// Converts seconds to [`Nanos`], rounding to the nearest nanosecond and
-/// saturating at the ends of the range (about ±292 years). NaN becomes 0;
-/// callers validate before they convert.
-pub fn nanos_from_secs(secs: f64) -> Nanos {
-    (secs * NANOS_PER_SEC).round() as Nanos
-}
-
-/// Converts seconds to [`Nanos`] when they are finite and fit (about ±292
-/// years); None otherwise.
-pub fn checked_nanos_from_secs(secs: f64) -> Option<Nanos> {
-    let nanos = secs * NANOS_PER_SEC;
-    // i64::MAX as f64 rounds up to 2^63, so `<` keeps the cast in range.
-    (nanos.is_finite() && nanos.abs() < i64::MAX as f64).then(|| nanos.round() as Nanos)
-}
-
-/// Converts [`Nanos`] to seconds.
-pub fn secs_from_nanos(nanos: Nanos) -> f64 {
-    nanos as f64 / NANOS_PER_SEC
-}
+pub use circuit_breaker_rules::time::{
+    checked_nanos_from_secs, nanos_from_secs, secs_from_nanos, Nanos, NANOS_PER_SEC,
+};
 
 /// The most the offset moves the clocks: half of what a reading holds
 /// (about 146 years), so that a reading (the time since boot plus the
@@ -354,19 +332,6 @@ mod tests {
         assert_eq!(c.now(), 9_200_000_000_000_000_000, "a refused advance leaves the clock where it was");
         assert!(c.advance_secs(-1.0).is_err());
         assert!(c.advance_secs(f64::INFINITY).is_err());
-    }
-
-    #[test]
-    fn seconds_round_trip_to_the_nanosecond() {
-        assert_eq!(nanos_from_secs(0.1) * 3, 300_000_000);
-        assert_eq!(secs_from_nanos(nanos_from_secs(12.5)), 12.5);
-    }
-
-    #[test]
-    fn conversions_saturate_instead_of_overflowing() {
-        assert_eq!(nanos_from_secs(1e300), i64::MAX);
-        assert_eq!(nanos_from_secs(-1e300), i64::MIN);
-        assert_eq!(nanos_from_secs(f64::NAN), 0);
     }
 
     #[test]

@@ -9,9 +9,9 @@
 
 use std::mem::{align_of, size_of};
 
+use crate::breaker::Breaker;
 use crate::check::{check_int, ConfigError};
 use crate::heap_lock::forks;
-use crate::state::Breaker;
 use crate::window::{Bucket, CountWindow, PlacedWindow, TimeWindow, Window, WindowSpec};
 
 /// The state a lock protects: the window and the breaker built on it.
@@ -110,7 +110,7 @@ impl Record {
     /// Adds the layout of the record and of everything it holds (see
     /// [`crate::shm::layout_hash`]).
     pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
-        let h = crate::hash_layout!(h, Record { window, breaker });
+        let h = crate::hashing::hash_layout!(h, Record { window, breaker });
         Breaker::layout(crate::window::layout(h))
     }
 
@@ -231,8 +231,9 @@ mod tests {
     /// Forks while a probe is out (taken on another thread when `elsewhere`);
     /// returns whether the child could take a probe of its own.
     fn child_gets_a_probe_after_fork(elsewhere: bool) -> bool {
+        use crate::breaker::Decision;
         use crate::config::{Config, Options};
-        use crate::state::{Decision, State};
+        use crate::state::State;
         let cfg = Config::new(&Options { half_open_calls: 1, ..Options::default() }).unwrap();
         let mut h = HeapRecord::new(&WindowSpec::Count { size: 4, slow_threshold_ms: 800.0 }, 1).unwrap();
         let r = h.get();

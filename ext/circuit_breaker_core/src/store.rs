@@ -8,18 +8,19 @@
 //! that callers read without the lock. The fleet mirror (`fleet::HostSide`,
 //! `fleet:`) is not a third place but a part of the record, so a fleet
 //! breaker works the same over either store. Every rule runs on the record
-//! (`state.rs`); a store decides nothing.
+//! (the rules crate's `breaker/`); a store decides nothing.
 
 use std::io;
 use std::ops::DerefMut;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::breaker::{Decision, Permit};
 use crate::clock::Nanos;
 use crate::config::ConfigError;
 use crate::heap_lock::{HeapLock, Taken};
 use crate::record::{HeapRecord, Record};
-use crate::state::{Decision, Permit, State};
+use crate::state::State;
 use crate::window::WindowSpec;
 
 /// What a store publishes after every step, for callers that take no lock:
@@ -76,7 +77,7 @@ impl Published {
     /// Adds the layout of `Published` (it is stored in shared files; see
     /// `crate::shm::layout_hash`); keep the field list whole.
     pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
-        crate::hash_layout!(h, Published { word, half_open_at, dropped })
+        crate::hashing::hash_layout!(h, Published { word, half_open_at, dropped })
     }
 }
 
@@ -191,8 +192,8 @@ impl Store for HeapStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::breaker::Outcome;
     use crate::config::{Config, Options};
-    use crate::state::Outcome;
 
     const SPEC: WindowSpec = WindowSpec::Count { size: 4, slow_threshold_ms: 800.0 };
 

@@ -175,7 +175,7 @@ pub fn mutex_offset() -> usize {
 /// header, so two builds never read each other's bytes.
 pub fn layout_hash() -> u64 {
     let h = Fnv::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
-    let h = crate::hash_layout!(
+    let h = crate::hashing::hash_layout!(
         h,
         Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published }
     );

@@ -7,11 +7,12 @@ use std::sync::atomic::AtomicBool;
 
 use super::format::{header_size, INIT, READY};
 use super::*;
+use crate::breaker::{Decision, Outcome};
 use crate::config::{Config, Options};
 use crate::record::{Layout, Record};
 use crate::shm::dir::file_prefix;
 use crate::shm::{layout_hash, Key, ShmError, NAME_MAX};
-use crate::state::{Decision, Outcome, State};
+use crate::state::State;
 use crate::store::Store;
 use crate::window::WindowSpec;
 
@@ -238,7 +239,10 @@ fn without_the_lock_closed_admits_open_rejects_and_half_open_refuses() {
     };
     assert_eq!(rejected(word(State::Open, 2), 30 * sec, 10 * sec), (State::Open, Some(20 * sec)));
     assert_eq!(rejected(word(State::Open, 2), 30 * sec, 40 * sec), (State::Open, Some(0)));
-    assert_eq!(rejected(word(State::HalfOpen, 3), 0, 0), (State::HalfOpen, Some(crate::state::HALF_OPEN_RETRY_AFTER)));
+    assert_eq!(
+        rejected(word(State::HalfOpen, 3), 0, 0),
+        (State::HalfOpen, Some(crate::breaker::HALF_OPEN_RETRY_AFTER))
+    );
     assert_eq!(rejected(word(State::ForcedOpen, 4), 0, 0), (State::ForcedOpen, None));
     assert_eq!(State::published(word(State::HalfOpen, 9)), State::HalfOpen);
 }

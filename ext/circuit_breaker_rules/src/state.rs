@@ -1,7 +1,7 @@
 //! What a breaker is doing ([`State`]) and why it moved ([`Reason`]):
-//! plain enums, low in the crate, so that the state machine (state.rs), the
+//! plain enums, low in the crate, so that the state machine (breaker/), the
 //! fleet's mirror kept inside its record (mirror.rs) and the fleet's wire
-//! codes (fleet.rs) all name them without importing one another.
+//! codes (fleet/wire.rs) all name them without importing one another.
 
 /// The breaker's states.
 #[repr(u8)]
@@ -21,7 +21,7 @@ pub enum State {
 }
 
 impl State {
-    /// The state in a [`Breaker::published`] word.
+    /// The state in a [`Breaker::published`](crate::breaker::Breaker::published) word.
     pub fn published(word: u64) -> Self {
         [State::Closed, State::Open, State::HalfOpen, State::ForcedOpen, State::Disabled]
             .into_iter()

@@ -5,9 +5,10 @@
 //! spec/fleet/.
 
 use super::*;
-use crate::config::Options;
-use crate::state::{Decision, Outcome};
-use crate::window::CountWindow;
+use crate::breaker::{Breaker, Decision, Outcome};
+use crate::config::{Config, Options};
+use crate::state::{Reason, State};
+use crate::window::{CountWindow, Window};
 
 const SEC: Nanos = 1_000_000_000;
 
@@ -73,7 +74,7 @@ impl Host {
         self.b.metrics(&mut self.w, &self.cfg, now).0.state
     }
 
-    fn admit(&mut self, now: Nanos) -> Option<crate::state::Permit> {
+    fn admit(&mut self, now: Nanos) -> Option<crate::breaker::Permit> {
         match self.b.acquire(&mut self.w, &self.cfg, now).0 {
             Decision::Allowed(p) => Some(p),
             Decision::Rejected(_) => None,

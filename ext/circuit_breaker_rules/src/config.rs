@@ -7,8 +7,8 @@
 
 pub use crate::check::ConfigError;
 use crate::check::{check_f64, check_int, out_of_range};
-use crate::clock::{nanos_from_secs, Nanos};
 use crate::hashing::Fnv;
+use crate::time::{nanos_from_secs, Nanos};
 
 /// Seconds as a positive, finite duration, at least one nanosecond.
 pub(crate) fn check_secs(name: &'static str, range: &'static str, secs: f64) -> Result<Nanos, ConfigError> {
@@ -213,7 +213,7 @@ impl Config {
 impl Config {
     /// The open duration after a reopen from half-open, given the last
     /// one's backed-off length: `base × backoff`, capped by
-    /// `max_open_duration` (a host's breaker and the fleet's, fleet.rs).
+    /// `max_open_duration` (a host's breaker and the fleet's, fleet/decide.rs).
     pub fn backed_off(&self, base: Nanos) -> Nanos {
         let grown = (base as f64 * self.backoff) as Nanos;
         self.max_open_duration.map_or(grown, |max| grown.min(max)).max(1)

@@ -1,12 +1,14 @@
 //! The fleet's mirror in a breaker's record: what this host follows of the
 //! fleet, the probe slots it was granted, and the command or proposal that
-//! waits for the next send (docs/fleet.md). Plain data inside [`Breaker`]
-//! (crate::state::Breaker), under the record's lock; the state machine
-//! consults it, the fleet's sync (fleet.rs) fills it.
+//! waits for the next send (docs/fleet.md). Plain data inside
+//! [`Breaker`](crate::breaker::Breaker), under the record's lock; the state
+//! machine consults it, the host's side of the fleet (`fleet/host.rs`)
+//! fills it.
 
-use crate::clock::Nanos;
+use crate::hashing::hash_layout;
 use crate::ramp::Verdict;
-use crate::states::{Reason, State};
+use crate::state::{Reason, State};
+use crate::time::Nanos;
 use crate::window::Counts;
 
 /// A value or nothing, as plain data: Rust's `Option` has a layout of
@@ -110,7 +112,7 @@ pub struct HostSide {
     pub(crate) stage_generation: u64,
     pub(crate) granted: u32,
     /// When the fleet last granted this host more slots: unused ones are
-    /// kept until [`Breaker::fleet_send`](crate::state::Breaker)'s hold
+    /// kept until [`Breaker::fleet_send`](crate::breaker::Breaker::fleet_send)'s hold
     /// has passed since (docs/fleet.md, "Probes across hosts").
     pub(crate) granted_at: Nanos,
     /// Calls that found no slot in the followed stage since the last send
@@ -138,10 +140,10 @@ pub struct HostSide {
     pub(crate) reset_generation: u64,
 }
 
-/// Adds the layout of [`HostSide`] (see `crate::shm::layout_hash`); keep
+/// Adds the layout of [`HostSide`] (see `circuit_breaker_core::shm::layout_hash`); keep
 /// the field list whole.
 pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
-    crate::hash_layout!(
+    hash_layout!(
         h,
         HostSide {
             attached,
@@ -166,14 +168,14 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
             reset_generation
         }
     );
-    let h = crate::hash_layout!(h, Maybe<Alone> { present, value });
-    let h = crate::hash_layout!(h, Alone { counts, reason, at, generation, epoch, version });
-    let h = crate::hash_layout!(h, Maybe<Command> { present, value });
-    let h = crate::hash_layout!(h, Maybe<Proposal> { present, value });
-    let h = crate::hash_layout!(h, Maybe<u64> { present, value });
-    let h = crate::hash_layout!(h, Command { to, open_for });
-    let h = crate::hash_layout!(h, enum Reason);
-    crate::hash_layout!(h, Proposal { expected, state, reason, open_for, open_base, stage, rounds_between })
+    let h = hash_layout!(h, Maybe<Alone> { present, value });
+    let h = hash_layout!(h, Alone { counts, reason, at, generation, epoch, version });
+    let h = hash_layout!(h, Maybe<Command> { present, value });
+    let h = hash_layout!(h, Maybe<Proposal> { present, value });
+    let h = hash_layout!(h, Maybe<u64> { present, value });
+    let h = hash_layout!(h, Command { to, open_for });
+    let h = hash_layout!(h, enum Reason);
+    hash_layout!(h, Proposal { expected, state, reason, open_for, open_base, stage, rounds_between })
 }
 
 impl HostSide {
@@ -218,7 +220,7 @@ impl HostSide {
     }
 
     /// This host's own opening counts from `now` at the latest (the clock
-    /// went back: `Breaker::clamp_ahead`, state.rs).
+    /// went back: `Breaker::clamp_ahead`, breaker/timers.rs).
     pub(crate) fn clamp_ahead(&mut self, now: Nanos) {
         if let Some(alone) = self.alone.get().filter(|a| a.at > now) {
             self.alone = Some(Alone { at: now, ..alone }).into();

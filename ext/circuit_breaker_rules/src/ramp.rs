@@ -23,8 +23,9 @@
 //! new probe joins the newest cohort: it may then time out a little early,
 //! never late (docs/semantics-permits.md).
 
-use crate::clock::Nanos;
 use crate::config::PPB;
+use crate::hashing::hash_layout;
+use crate::time::Nanos;
 
 /// What a finished probe decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,7 +188,7 @@ impl Stage {
     }
 
     /// Moves the stage's times that are later than `now` to `now` (the
-    /// clock went back: `Breaker::clamp_ahead`, state.rs).
+    /// clock went back: `Breaker::clamp_ahead`, breaker/timers.rs).
     pub fn clamp_ahead(&mut self, now: Nanos) {
         self.entered_at = self.entered_at.min(now);
         self.started_at = self.started_at.min(now);
@@ -247,7 +248,7 @@ pub fn reopen_floor(rounds_between: u32, advance_rate: f64, reopen_rate: f64) ->
 
 /// What a round of `quota` probes knows once `succeeded` passed and
 /// `failed` failed, reopening below `floor` ([`reopen_floor`]): one rule
-/// for a host's stage and the fleet's summed stage (fleet.rs).
+/// for a host's stage and the fleet's summed stage (fleet/decide.rs).
 pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, floor: f64) -> Verdict {
     let finished = succeeded.saturating_add(failed);
     let quota_f = f64::from(quota.max(1));
@@ -263,11 +264,12 @@ pub fn verdict(succeeded: u32, failed: u32, quota: u32, advance_rate: f64, floor
     }
 }
 
-/// What a stage does on a verdict: one rule for a host's stage
-/// (`state.rs`) and the fleet's (`fleet.rs`), so a dependency that half
-/// works reopens the fleet as it reopens a host (docs/semantics.md).
+/// What a stage does next on a verdict: one rule for a host's stage
+/// (`breaker/half_open.rs`) and the fleet's (`fleet/decide.rs`), so a
+/// dependency that half works reopens the fleet as it reopens a host
+/// (docs/semantics.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum Next {
     /// Probes are still to come.
     Stay,
     /// Back to open.
@@ -279,25 +281,28 @@ pub enum Step {
     Advance,
 }
 
-/// The step a `verdict` leads to, in a stage whose last `rounds_between`
-/// rounds in a row ended between `reopen_rate` and `advance_rate`, and
-/// which has (`lasted`) or has not yet lasted `min_stage_duration`: a round
-/// between the rates starts the stage over (a second one in a row never
-/// gets here: its floor, [`reopen_floor`], reopened it); a pass before
-/// `min_stage_duration` starts a new round, and ends the streak.
-pub fn step(verdict: Verdict, rounds_between: u32, lasted: bool) -> Step {
-    match verdict {
-        Verdict::Pending => Step::Stay,
-        Verdict::Reopen => Step::Reopen,
-        Verdict::Restart => Step::NewRound(rounds_between.saturating_add(1)),
-        Verdict::Advance if !lasted => Step::NewRound(0),
-        Verdict::Advance => Step::Advance,
+impl Next {
+    /// What a `verdict` leads to, in a stage whose last `rounds_between`
+    /// rounds in a row ended between `reopen_rate` and `advance_rate`, and
+    /// which has (`lasted`) or has not yet lasted `min_stage_duration`: a
+    /// round between the rates starts the stage over (a second one in a
+    /// row never gets here: its floor, [`reopen_floor`], reopened it); a
+    /// pass before `min_stage_duration` starts a new round, and ends the
+    /// streak.
+    pub fn after(verdict: Verdict, rounds_between: u32, lasted: bool) -> Self {
+        match verdict {
+            Verdict::Pending => Next::Stay,
+            Verdict::Reopen => Next::Reopen,
+            Verdict::Restart => Next::NewRound(rounds_between.saturating_add(1)),
+            Verdict::Advance if !lasted => Next::NewRound(0),
+            Verdict::Advance => Next::Advance,
+        }
     }
 }
 
-/// Adds the layout of a stage (see [`crate::shm::layout_hash`]).
+/// Adds the layout of a stage (see `circuit_breaker_core::shm::layout_hash`).
 pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
-    let h = crate::hash_layout!(
+    let h = hash_layout!(
         h,
         Stage {
             index,
@@ -313,7 +318,7 @@ pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
             rounds_between
         }
     );
-    crate::hash_layout!(h, Cohort { tag, admitted_at, thread, unsettled })
+    hash_layout!(h, Cohort { tag, admitted_at, thread, unsettled })
 }
 
 #[cfg(test)]
@@ -406,8 +411,8 @@ mod tests {
 
     #[test]
     fn a_restart_counts_the_rounds_between_the_rates() {
-        assert_eq!(step(Verdict::Restart, 0, true), Step::NewRound(1));
-        assert_eq!(step(Verdict::Advance, 1, false), Step::NewRound(0));
+        assert_eq!(Next::after(Verdict::Restart, 0, true), Next::NewRound(1));
+        assert_eq!(Next::after(Verdict::Advance, 1, false), Next::NewRound(0));
     }
 
     #[test]

@@ -14,12 +14,13 @@ pub struct ConfigError {
     pub got: String,
 }
 
-pub(crate) fn out_of_range(name: &'static str, range: &'static str, got: impl ToString) -> ConfigError {
+/// The error for `got`, outside `range`.
+pub fn out_of_range(name: &'static str, range: &'static str, got: impl ToString) -> ConfigError {
     ConfigError { name, range, got: got.to_string() }
 }
 
 /// Checks `lo < x <= hi` (`lo_open`) or `lo <= x <= hi`, rejecting NaN.
-pub(crate) fn check_f64(
+pub fn check_f64(
     name: &'static str,
     range: &'static str,
     x: f64,
@@ -35,7 +36,8 @@ pub(crate) fn check_f64(
     }
 }
 
-pub(crate) fn check_int(name: &'static str, range: &'static str, x: i64, lo: i64, hi: i64) -> Result<u32, ConfigError> {
+/// Checks `lo <= x <= hi`, as a u32.
+pub fn check_int(name: &'static str, range: &'static str, x: i64, lo: i64, hi: i64) -> Result<u32, ConfigError> {
     if (lo..=hi).contains(&x) {
         u32::try_from(x).map_err(|_| out_of_range(name, range, x))
     } else {

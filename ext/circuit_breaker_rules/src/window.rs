@@ -10,8 +10,9 @@
 //! own besides its storage.
 
 use crate::check::{check_f64, check_int, out_of_range, ConfigError};
-use crate::clock::Nanos;
+use crate::hashing::hash_layout;
 use crate::hashing::Fnv;
+use crate::time::Nanos;
 
 /// The window a record is built with.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -220,7 +221,7 @@ impl<B: Buckets> TimeWindow<B> {
             return Err(out_of_range("buckets", "an Integer in 1..3600", n));
         }
         let seconds = check_f64("seconds", RANGE, seconds, 0.0, true, MAX_SECONDS)?;
-        let span = crate::clock::nanos_from_secs(seconds);
+        let span = crate::time::nanos_from_secs(seconds);
         let width = span / n as i64;
         if width < 1 {
             return Err(out_of_range("seconds", RANGE, seconds));
@@ -502,16 +503,15 @@ impl<S: Slots, B: Buckets> Window<S, B> {
 }
 
 /// Adds the layout of a placed window and its parts (see
-/// [`crate::shm::layout_hash`]).
-pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
-    let h = crate::hash_layout!(h, enum PlacedWindow);
-    let h =
-        crate::hash_layout!(h, CountWindow<RelSlice<u8>> { slots, slow_threshold_ms, head, len, failures, slow_calls });
-    let h = crate::hash_layout!(h, TimeWindow<RelSlice<Bucket>> { buckets, span, width, slow_threshold_ms, totals, newest });
-    let h = crate::hash_layout!(h, RelSlice<u8> { offset, len, _items });
-    let h = crate::hash_layout!(h, RelSlice<Bucket> { offset, len, _items });
-    let h = crate::hash_layout!(h, Bucket { epoch, counts });
-    crate::hash_layout!(h, Counts { total, failures, slow_calls })
+/// `circuit_breaker_core::shm::layout_hash`).
+pub fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
+    let h = hash_layout!(h, enum PlacedWindow);
+    let h = hash_layout!(h, CountWindow<RelSlice<u8>> { slots, slow_threshold_ms, head, len, failures, slow_calls });
+    let h = hash_layout!(h, TimeWindow<RelSlice<Bucket>> { buckets, span, width, slow_threshold_ms, totals, newest });
+    let h = hash_layout!(h, RelSlice<u8> { offset, len, _items });
+    let h = hash_layout!(h, RelSlice<Bucket> { offset, len, _items });
+    let h = hash_layout!(h, Bucket { epoch, counts });
+    hash_layout!(h, Counts { total, failures, slow_calls })
 }
 
 #[cfg(test)]
