@@ -979,9 +979,11 @@ RSpec.describe CircuitBreaker, "shared: between processes", :integration, :share
         release.wait
         :done
       end
+      # Its first open (which looks for unused files) before the finished
+      # worker's file exists: else that look may find it unused already.
+      old_path = old_worker.receive
       gone = fork_worker("finished worker") { described_class.new(**options, min_calls: 4, shared: key).shared_path }
       gone_path = gone.result
-      old_path = old_worker.receive
       expect(File.exist?(gone_path)).to be(true) # nobody removed it yet
 
       new_worker = described_class.new(**options, shared: key)
