@@ -46,8 +46,8 @@ pub enum Blocked {
 
 impl Blocked {
     /// As a Ruby exception, for steps that cannot be skipped.
-    pub fn into_error(self, ruby: &Ruby, shared: &Shared) -> Error {
-        let path = shared.path().map(|p| p.display().to_string()).unwrap_or_default();
+    pub fn into_error(self, ruby: &Ruby, record: &LockedRecord) -> Error {
+        let path = record.path().map(|p| p.display().to_string()).unwrap_or_default();
         match self {
             Blocked::Busy | Blocked::Interrupted => Error::new(
                 ruby.get_inner(&crate::errors::LOCK_TIMEOUT_ERROR),
@@ -58,9 +58,11 @@ impl Blocked {
     }
 }
 
-/// What window objects and their breaker share: the record (window and
-/// breaker state) behind one lock.
-pub struct Shared {
+/// A record (a window and its breaker's state) behind one lock, with how
+/// long a step waits for that lock and the clock the window is bound to:
+/// what a window object and the breaker built on it hold together (in this
+/// process's memory or, with `shared:`, in a file every process maps).
+pub struct LockedRecord {
     store: Place,
     /// Nanoseconds a step waits for a busy lock (see docs/shared.md).
     wait: AtomicI64,
@@ -78,7 +80,7 @@ pub struct Shared {
     pub clock: OnceLock<ClockSource>,
 }
 
-impl Shared {
+impl LockedRecord {
     /// A window of `spec`; `given` looks up the value the caller passed for
     /// an option, for the error message.
     fn new(
@@ -180,7 +182,7 @@ impl Shared {
             Ok(None) => self.wait()?,
             Err(e) => return Err(Blocked::Failed(e)),
         };
-        Ok(self.store.step(&mut guard, f))
+        Ok(self.store.update(&mut guard, f))
     }
 
     /// What the store publishes for callers that take no lock.
@@ -240,7 +242,7 @@ impl Shared {
     }
 }
 
-impl Shared {
+impl LockedRecord {
     /// Waits for the busy lock without the GVL, up to the bound. The lock
     /// is taken back with the GVL held: the wait only watches for it to
     /// come free (and recovers a dead owner), so this process never holds
@@ -292,17 +294,17 @@ fn seed() -> u64 {
 pub trait WindowObject: Sized + magnus::TypedData {
     const CLASS: &'static str;
 
-    fn cell(&self) -> &OnceLock<Arc<Shared>>;
+    fn cell(&self) -> &OnceLock<Arc<LockedRecord>>;
 
     /// The record, or a clear error when `initialize` never ran.
-    fn shared(&self, ruby: &Ruby) -> Result<&Arc<Shared>, Error> {
+    fn record(&self, ruby: &Ruby) -> Result<&Arc<LockedRecord>, Error> {
         self.cell().get().ok_or_else(|| not_initialized(ruby, Self::CLASS))
     }
 
     /// Sets the record up, once (`initialize`'s native half).
-    fn set(&self, ruby: &Ruby, shared: Arc<Shared>) -> Result<(), Error> {
+    fn set(&self, ruby: &Ruby, record: Arc<LockedRecord>) -> Result<(), Error> {
         self.cell()
-            .set(shared)
+            .set(record)
             .map_err(|_| Error::new(ruby.exception_runtime_error(), format!("{} is already initialized", Self::CLASS)))
     }
 }
@@ -310,17 +312,17 @@ pub trait WindowObject: Sized + magnus::TypedData {
 /// Allocated empty; `initialize` (lib/circuit_breaker/windows.rb) sets it up.
 #[derive(Default)]
 #[magnus::wrap(class = "CircuitBreaker::SlidingWindow", free_immediately, size)]
-pub struct SlidingWindow(OnceLock<Arc<Shared>>);
+pub struct SlidingWindow(OnceLock<Arc<LockedRecord>>);
 
 /// Allocated empty; `initialize` (lib/circuit_breaker/windows.rb) sets it up.
 #[derive(Default)]
 #[magnus::wrap(class = "CircuitBreaker::TimeWindow", free_immediately, size)]
-pub struct TimeWindow(OnceLock<Arc<Shared>>);
+pub struct TimeWindow(OnceLock<Arc<LockedRecord>>);
 
 impl WindowObject for SlidingWindow {
     const CLASS: &'static str = "CircuitBreaker::SlidingWindow";
 
-    fn cell(&self) -> &OnceLock<Arc<Shared>> {
+    fn cell(&self) -> &OnceLock<Arc<LockedRecord>> {
         &self.0
     }
 }
@@ -328,18 +330,18 @@ impl WindowObject for SlidingWindow {
 impl WindowObject for TimeWindow {
     const CLASS: &'static str = "CircuitBreaker::TimeWindow";
 
-    fn cell(&self) -> &OnceLock<Arc<Shared>> {
+    fn cell(&self) -> &OnceLock<Arc<LockedRecord>> {
         &self.0
     }
 }
 
 /// The window of a `window:` argument.
-pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Arc<Shared>, Error> {
+pub fn record_of(ruby: &Ruby, v: Value) -> Result<Arc<LockedRecord>, Error> {
     if let Ok(w) = <&SlidingWindow>::try_convert(v) {
-        return Ok(w.shared(ruby)?.clone());
+        return Ok(w.record(ruby)?.clone());
     }
     if let Ok(w) = <&TimeWindow>::try_convert(v) {
-        return Ok(w.shared(ruby)?.clone());
+        return Ok(w.record(ruby)?.clone());
     }
     Err(crate::errors::type_error(
         ruby,
@@ -352,15 +354,15 @@ pub fn shared_of(ruby: &Ruby, v: Value) -> Result<Arc<Shared>, Error> {
 /// The window of a breaker built with `window: nil`: a new
 /// `SlidingWindow.new` with its defaults (lib/circuit_breaker/windows.rb),
 /// made here so that building a breaker crosses into Rust once.
-pub fn default_window(ruby: &Ruby) -> Result<Arc<Shared>, Error> {
-    Shared::new(ruby, WindowSpec::Count { size: 100, slow_threshold_ms: 800.0 }, None, |_| None)
+pub fn default_window(ruby: &Ruby) -> Result<Arc<LockedRecord>, Error> {
+    LockedRecord::new(ruby, WindowSpec::Count { size: 100, slow_threshold_ms: 800.0 }, None, |_| None)
 }
 
 /// The Ruby window object of a record.
-pub fn wrap(ruby: &Ruby, shared: Arc<Shared>) -> Value {
-    match shared.spec {
-        WindowSpec::Count { .. } => ruby.obj_wrap(SlidingWindow(OnceLock::from(shared))).as_value(),
-        WindowSpec::Time { .. } => ruby.obj_wrap(TimeWindow(OnceLock::from(shared))).as_value(),
+pub fn wrap(ruby: &Ruby, record: Arc<LockedRecord>) -> Value {
+    match record.spec {
+        WindowSpec::Count { .. } => ruby.obj_wrap(SlidingWindow(OnceLock::from(record))).as_value(),
+        WindowSpec::Time { .. } => ruby.obj_wrap(TimeWindow(OnceLock::from(record))).as_value(),
     }
 }
 
@@ -371,11 +373,11 @@ impl SlidingWindow {
         let given = |name: &str| Some(if name == "size" { size } else { slow });
         let size = args::integer(ruby, "size", size)?;
         let slow_threshold_ms = args::float(ruby, "slow_threshold_ms", slow)?;
-        rb_self.set(ruby, Shared::new(ruby, WindowSpec::Count { size, slow_threshold_ms }, None, given)?)
+        rb_self.set(ruby, LockedRecord::new(ruby, WindowSpec::Count { size, slow_threshold_ms }, None, given)?)
     }
 
     fn size(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
-        Ok(match rb_self.shared(ruby)?.spec {
+        Ok(match rb_self.record(ruby)?.spec {
             WindowSpec::Count { size, .. } => size,
             WindowSpec::Time { .. } => 0,
         })
@@ -385,7 +387,7 @@ impl SlidingWindow {
         if rb_self.cell().get().is_none() {
             return Ok(not_initialized_inspect(&class_name(rb_self)));
         }
-        let c = rb_self.shared(ruby)?.counts(ruby)?;
+        let c = rb_self.record(ruby)?.counts(ruby)?;
         Ok(format!(
             "#<{} size={} total={} failures={} slow_calls={}>",
             class_name(rb_self),
@@ -420,11 +422,11 @@ impl TimeWindow {
             slow_threshold_ms: args::float(ruby, "slow_threshold_ms", slow)?,
         };
         let clock = ClockSource::from_arg(ruby, clock)?;
-        rb_self.set(ruby, Shared::new(ruby, spec, clock, given)?)
+        rb_self.set(ruby, LockedRecord::new(ruby, spec, clock, given)?)
     }
 
     fn seconds(ruby: &Ruby, rb_self: &Self) -> Result<f64, Error> {
-        Ok(match rb_self.shared(ruby)?.spec {
+        Ok(match rb_self.record(ruby)?.spec {
             // As the window keeps it: whole nanoseconds.
             WindowSpec::Time { seconds, .. } => secs_from_nanos(nanos_from_secs(seconds)),
             WindowSpec::Count { .. } => 0.0,
@@ -432,7 +434,7 @@ impl TimeWindow {
     }
 
     fn buckets(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
-        Ok(match rb_self.shared(ruby)?.spec {
+        Ok(match rb_self.record(ruby)?.spec {
             WindowSpec::Time { buckets, .. } => buckets,
             WindowSpec::Count { .. } => 0,
         })
@@ -442,7 +444,7 @@ impl TimeWindow {
         if rb_self.cell().get().is_none() {
             return Ok(not_initialized_inspect(&class_name(rb_self)));
         }
-        let c = rb_self.shared(ruby)?.counts(ruby)?;
+        let c = rb_self.record(ruby)?.counts(ruby)?;
         Ok(format!(
             "#<{} seconds={} buckets={} total={} failures={} slow_calls={}>",
             class_name(rb_self),
@@ -462,7 +464,7 @@ fn class_name<T: magnus::TypedData>(obj: Obj<T>) -> String {
 }
 
 fn slow_threshold_ms<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
-    Ok(rb_self.shared(ruby)?.slow_threshold_ms())
+    Ok(rb_self.record(ruby)?.slow_threshold_ms())
 }
 
 fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Result<Obj<T>, Error> {
@@ -470,40 +472,40 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
     let kw = get_kwargs::<_, (Value, Value), (), ()>(kw, &["duration_ms", "success"], &[])?;
     let (duration, success) = kw.required;
     let duration_ns = args::duration_ms(ruby, duration)? * 1e6;
-    let shared = rb_self.shared(ruby)?;
-    let now = shared.recording_now();
-    match shared.with(|r| r.window.record(duration_ns, success.to_bool(), now)) {
+    let record = rb_self.record(ruby)?;
+    let now = record.recording_now();
+    match record.with(|r| r.window.record(duration_ns, success.to_bool(), now)) {
         // As a breaker's record: dropped and counted, never raised.
-        Err(Blocked::Busy | Blocked::Interrupted) => shared.published().count_dropped(),
-        Err(b @ Blocked::Failed(_)) => return Err(b.into_error(ruby, shared)),
+        Err(Blocked::Busy | Blocked::Interrupted) => record.published().count_dropped(),
+        Err(b @ Blocked::Failed(_)) => return Err(b.into_error(ruby, record)),
         Ok(()) => {}
     }
     Ok(rb_self)
 }
 
 fn total<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
-    Ok(rb_self.shared(ruby)?.counts(ruby)?.total)
+    Ok(rb_self.record(ruby)?.counts(ruby)?.total)
 }
 
 fn failures<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
-    Ok(rb_self.shared(ruby)?.counts(ruby)?.failures)
+    Ok(rb_self.record(ruby)?.counts(ruby)?.failures)
 }
 
 fn slow_calls<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<u64, Error> {
-    Ok(rb_self.shared(ruby)?.counts(ruby)?.slow_calls)
+    Ok(rb_self.record(ruby)?.counts(ruby)?.slow_calls)
 }
 
 fn error_rate<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
-    Ok(rb_self.shared(ruby)?.counts(ruby)?.error_rate())
+    Ok(rb_self.record(ruby)?.counts(ruby)?.error_rate())
 }
 
 fn slow_call_rate<T: WindowObject>(ruby: &Ruby, rb_self: &T) -> Result<f64, Error> {
-    Ok(rb_self.shared(ruby)?.counts(ruby)?.slow_call_rate())
+    Ok(rb_self.record(ruby)?.counts(ruby)?.slow_call_rate())
 }
 
 fn reset<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>) -> Result<Obj<T>, Error> {
-    let shared = rb_self.shared(ruby)?;
-    shared.with(|r| r.window.reset()).map_err(|b| b.into_error(ruby, shared))?;
+    let record = rb_self.record(ruby)?;
+    record.with(|r| r.window.reset()).map_err(|b| b.into_error(ruby, record))?;
     Ok(rb_self)
 }
 

@@ -101,7 +101,7 @@ pub trait Store {
 
     /// Runs `f` on the held record, then publishes the result.
     #[inline]
-    fn step<T>(&self, guard: &mut Self::Guard<'_>, f: impl FnOnce(&mut Record) -> T) -> T {
+    fn update<T>(&self, guard: &mut Self::Guard<'_>, f: impl FnOnce(&mut Record) -> T) -> T {
         let out = f(guard);
         self.published().publish(guard);
         out
@@ -201,7 +201,7 @@ mod tests {
         let cfg = Config::new(&Options { min_calls: 2, ..Options::default() }).unwrap();
         for now in 0..2 {
             let mut g = store.try_lock().unwrap().expect("free");
-            store.step(&mut g, |r| {
+            store.update(&mut g, |r| {
                 let p = store.published().admitting().expect("closed admits");
                 r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ns: 1.0 }, now)
             });

@@ -103,7 +103,7 @@ impl Breaker {
         // Closed (the common case): no lock, nothing to change, and a
         // missing block is noticed when yielding fails (below), which spares
         // every call a VM call (docs/performance.md).
-        let permit = match this.shared.published().admitting() {
+        let permit = match this.record.published().admitting() {
             Some(p) => p,
             None if !ruby.block_given() => return Err(no_block()),
             None => match Self::admit_call(ruby, rb_self, start, fallback)? {

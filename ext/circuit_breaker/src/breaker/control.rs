@@ -14,7 +14,7 @@ impl Breaker {
         Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
-        let tr = this.step_or_raise(ruby, |b, w, c| op(b, w, c, now))?;
+        let tr = this.locked_or_raise(ruby, |b, w, c| op(b, w, c, now))?;
         Self::notify(ruby, rb_self, &tr)?;
         Ok(rb_self)
     }

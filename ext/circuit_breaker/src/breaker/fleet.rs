@@ -178,7 +178,7 @@ impl Link {
     ) -> Result<Self, Error> {
         let this = breaker.get(ruby)?;
         let name = this.name.map(|n| ruby.get_inner(n)).ok_or_else(|| arg_error(ruby, "fleet: needs name:".into()))?;
-        let hash = fleet::key_hash(&this.cfg, &this.shared.spec());
+        let hash = fleet::key_hash(&this.cfg, &this.record.spec());
         let tag = format!("{}:{{{}:{hash:016x}}}", prefix.to_string()?, name.to_string()?);
         // One report per process and fleet breaker: a second breaker of the
         // same keys on this syncer would write the same host field.
@@ -212,7 +212,7 @@ impl Link {
         if this.fleet.set(side).is_err() {
             return Err(arg_error(ruby, "the breaker already has a fleet link".into()));
         }
-        this.step_or_raise(ruby, |b, _, _| b.attach_fleet())?;
+        this.locked_or_raise(ruby, |b, _, _| b.attach_fleet())?;
         let frozen = |s: String| {
             let s = ruby.str_new(&s);
             s.freeze();
@@ -248,14 +248,14 @@ impl Link {
         let now = this.clock.now();
         let pid = std::process::id();
         let (stale, host_ttl) = (rb_self.stale, rb_self.host_ttl_ms);
-        let step = this.step(|b, w, c| {
+        let step = this.locked(|b, w, c| {
             let leader = b.fleet_claim(pid, now, stale);
             (leader.then(|| b.fleet_send(w, c, now, host_ttl)), b.fleet_connected())
         });
         let (send, connected) = match step {
             Ok(x) => x,
             Err(Blocked::Busy | Blocked::Interrupted) => return Ok(ruby.qnil().as_value()),
-            Err(b) => return Err(b.into_error(ruby, &this.shared)),
+            Err(b) => return Err(b.into_error(ruby, &this.record)),
         };
         let Some(send) = send else {
             // Why is the sending process's to know.
@@ -294,14 +294,14 @@ impl Link {
         let this = breaker.get(ruby)?;
         let Some(side) = this.fleet.get() else { return Ok(None) };
         let now = this.clock.now();
-        let step = this.step(|b, w, c| {
+        let step = this.locked(|b, w, c| {
             let tr = b.fleet_receive(w, c, words.as_deref(), now);
             (tr, b.fleet_connected(), b.fleet_proposing())
         });
         let (tr, connected, proposing) = match step {
             Ok(x) => x,
             Err(Blocked::Busy | Blocked::Interrupted) => return Ok(None),
-            Err(b) => return Err(b.into_error(ruby, &this.shared)),
+            Err(b) => return Err(b.into_error(ruby, &this.record)),
         };
         if proposing {
             // A change of the fleet's state goes at the next slot's start.
@@ -374,7 +374,7 @@ impl Link {
     /// The pid of the process that sends for the breaker (0: none yet).
     fn sender(ruby: &Ruby, rb_self: &Self) -> Result<u32, Error> {
         let breaker = ruby.get_inner(rb_self.breaker);
-        breaker.get(ruby)?.step_or_raise(ruby, |b, _, _| b.fleet_syncer())
+        breaker.get(ruby)?.locked_or_raise(ruby, |b, _, _| b.fleet_syncer())
     }
 }
 

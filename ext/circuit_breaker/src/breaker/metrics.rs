@@ -159,7 +159,7 @@ impl Breaker {
         Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
-        let (m, tr) = this.step_or_raise(ruby, |b, w, c| b.metrics(w, c, now))?;
+        let (m, tr) = this.locked_or_raise(ruby, |b, w, c| b.metrics(w, c, now))?;
         Self::notify(ruby, rb_self, &tr)?;
         Ok(m)
     }
@@ -172,18 +172,18 @@ impl Breaker {
     pub(super) fn peek(ruby: &Ruby, rb_self: &Self) -> Result<Option<RHash>, Error> {
         let Some(this) = rb_self.0.get() else { return Ok(None) };
         let now = this.clock.now();
-        match this.step(|b, w, c| b.peek(w, c, now)) {
+        match this.locked(|b, w, c| b.peek(w, c, now)) {
             Ok(m) => {
-                let dropped = this.shared.published().dropped();
-                metrics_hash(ruby, &m, this.shared.is_mapped(), dropped, this.fleet_status(ruby)).map(Some)
+                let dropped = this.record.published().dropped();
+                metrics_hash(ruby, &m, this.record.is_mapped(), dropped, this.fleet_status(ruby)).map(Some)
             }
             Err(Blocked::Busy) => {
                 let h = ruby.hash_new();
-                h.aset(sym(ruby, &KEYS[0]), state_sym(ruby, this.shared.published().state()))?;
+                h.aset(sym(ruby, &KEYS[0]), state_sym(ruby, this.record.published().state()))?;
                 h.freeze();
                 Ok(Some(h))
             }
-            Err(b) => Err(b.into_error(ruby, &this.shared)),
+            Err(b) => Err(b.into_error(ruby, &this.record)),
         }
     }
 
@@ -191,21 +191,21 @@ impl Breaker {
         Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
-        match this.step(|b, w, c| b.metrics(w, c, now)) {
+        match this.locked(|b, w, c| b.metrics(w, c, now)) {
             Ok((m, tr)) => {
                 Self::notify(ruby, rb_self, &tr)?;
                 Ok(state_sym(ruby, m.state))
             }
             // A stuck holder: the published state (timers not applied).
-            Err(Blocked::Busy) => Ok(state_sym(ruby, this.shared.published().state())),
-            Err(b) => Err(b.into_error(ruby, &this.shared)),
+            Err(Blocked::Busy) => Ok(state_sym(ruby, this.record.published().state())),
+            Err(b) => Err(b.into_error(ruby, &this.record)),
         }
     }
 
     pub(super) fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
         let this = rb_self.get(ruby)?;
         let m = Self::snapshot(ruby, rb_self)?;
-        metrics_hash(ruby, &m, this.shared.is_mapped(), this.shared.published().dropped(), this.fleet_status(ruby))
+        metrics_hash(ruby, &m, this.record.is_mapped(), this.record.published().dropped(), this.fleet_status(ruby))
     }
 
     pub(super) fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {

@@ -1,7 +1,7 @@
 //! `CircuitBreaker`: argument conversion, `call`'s yield and the
 //! classification of how the block ended. Every decision is the core's.
 //!
-//! The lock is held only inside `step`, around one core call; the block,
+//! The lock is held only inside `locked`, around one core call; the block,
 //! `failure_if`, error matchers and listeners run with no lock held.
 //! Listeners (`__transition`, `__rejected`, defined in Ruby) never run while
 //! a jump (`break`, `throw`, `Thread#kill`…) is pending: for that case they
@@ -31,7 +31,7 @@ use crate::args;
 use crate::clock::ClockSource;
 use crate::cruby;
 use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy, type_error};
-use crate::window::{shared_of, Blocked, Shared};
+use crate::window::{record_of, Blocked, LockedRecord};
 
 mod call;
 mod control;
@@ -53,7 +53,7 @@ pub struct Breaker(OnceLock<Inner>);
 
 /// What `__setup` built.
 struct Inner {
-    shared: Arc<Shared>,
+    record: Arc<LockedRecord>,
     cfg: Config,
     clock: ClockSource,
     name: Option<Opaque<RString>>,
@@ -178,18 +178,18 @@ impl Inner {
     /// One core step under the lock, with the time read by the caller.
     /// A shared lock that stays busy past its bound skips the step.
     #[inline]
-    fn step<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T) -> Result<T, Blocked> {
-        self.shared.with(|r| f(&mut r.breaker, &mut r.window, &self.cfg))
+    fn locked<T>(&self, f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T) -> Result<T, Blocked> {
+        self.record.with(|r| f(&mut r.breaker, &mut r.window, &self.cfg))
     }
 
     /// A step that cannot be skipped (control, metrics): a busy or broken
     /// lock is an error.
-    fn step_or_raise<T>(
+    fn locked_or_raise<T>(
         &self,
         ruby: &Ruby,
         f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> T,
     ) -> Result<T, Error> {
-        self.step(f).map_err(|b| b.into_error(ruby, &self.shared))
+        self.locked(f).map_err(|b| b.into_error(ruby, &self.record))
     }
 
     /// Asks to run a call. When the shared lock stays busy past its bound
@@ -197,14 +197,14 @@ impl Inner {
     /// instead (docs/shared.md); an interrupt that came meanwhile is raised
     /// here, before anything was taken.
     fn admit(&self, ruby: &Ruby, now: i64) -> Result<(Decision, Transitions), Error> {
-        match self.step(|b, w, c| b.acquire(w, c, now)) {
+        match self.locked(|b, w, c| b.acquire(w, c, now)) {
             Ok(x) => Ok(x),
-            Err(Blocked::Busy) => Ok((self.shared.published().decide(now), Transitions::default())),
+            Err(Blocked::Busy) => Ok((self.record.published().decide(now), Transitions::default())),
             Err(Blocked::Interrupted) => {
                 ruby.thread_check_ints()?;
-                Ok((self.shared.published().decide(now), Transitions::default()))
+                Ok((self.record.published().decide(now), Transitions::default()))
             }
-            Err(b) => Err(b.into_error(ruby, &self.shared)),
+            Err(b) => Err(b.into_error(ruby, &self.record)),
         }
     }
 
@@ -217,13 +217,13 @@ impl Inner {
         ruby: &Ruby,
         f: impl FnOnce(&mut CoreBreaker, &mut PlacedWindow, &Config) -> Transitions,
     ) -> Result<Transitions, Error> {
-        match self.step(f) {
+        match self.locked(f) {
             Ok(tr) => Ok(tr),
             Err(Blocked::Busy | Blocked::Interrupted) => {
-                self.shared.published().count_dropped();
+                self.record.published().count_dropped();
                 Ok(Transitions::default())
             }
-            Err(b) => Err(b.into_error(ruby, &self.shared)),
+            Err(b) => Err(b.into_error(ruby, &self.record)),
         }
     }
 
@@ -278,7 +278,7 @@ impl Breaker {
         // nil: a new SlidingWindow with its defaults.
         let window = Some(g("window")?).filter(|w| !w.is_nil());
         let template = match window {
-            Some(w) => shared_of(ruby, w)?,
+            Some(w) => record_of(ruby, w)?,
             None => crate::window::default_window(ruby)?,
         };
         // The breaker's clock, else a TimeWindow's own, else the system's.
@@ -289,12 +289,12 @@ impl Breaker {
         // never holds a test's time travel (docs/testing.md).
         let fleet = g("fleet")?.to_bool();
         let clock = if shared_key.is_some() || fleet { clock.untravelled() } else { clock };
-        let (shared, window) = match shared_key {
+        let (record, window) = match shared_key {
             Some(key) => Self::mapped(ruby, &template, namespace, key, &clock, &cfg)?,
             None => Self::own(ruby, template, window, &clock)?,
         };
         let inner = Inner {
-            shared,
+            record,
             cfg,
             clock,
             name,
@@ -358,12 +358,12 @@ impl Breaker {
     /// the file of `namespace` and `key`.
     fn mapped(
         ruby: &Ruby,
-        template: &Shared,
+        template: &LockedRecord,
         namespace: Option<RString>,
         key: RString,
         clock: &ClockSource,
         cfg: &Config,
-    ) -> Result<(Arc<Shared>, Value), Error> {
+    ) -> Result<(Arc<LockedRecord>, Value), Error> {
         // SAFETY: the bytes are copied before any Ruby code runs.
         let (namespace, name) =
             unsafe { (namespace.map_or(Vec::new(), |n| n.as_slice().to_vec()), key.as_slice().to_vec()) };
@@ -379,10 +379,10 @@ impl Breaker {
     /// breaker's clock.
     fn own(
         ruby: &Ruby,
-        template: Arc<Shared>,
+        template: Arc<LockedRecord>,
         window: Option<Value>,
         clock: &ClockSource,
-    ) -> Result<(Arc<Shared>, Value), Error> {
+    ) -> Result<(Arc<LockedRecord>, Value), Error> {
         if !template.attach() {
             return Err(arg_error(
                 ruby,
@@ -424,20 +424,20 @@ impl Breaker {
     /// Test hook: holds the shared lock for `ms` (at most a minute).
     fn hold_shared_lock(ruby: &Ruby, rb_self: &Self, ms: u64) -> Result<(), Error> {
         let this = rb_self.get(ruby)?;
-        this.shared.hold_lock_for_test(ms.min(60_000)).map_err(|e| crate::errors::system_error(ruby, "shared lock", e))
+        this.record.hold_lock_for_test(ms.min(60_000)).map_err(|e| crate::errors::system_error(ruby, "shared lock", e))
     }
 
     /// Test hook: how long this breaker waits for a busy shared lock.
     fn set_lock_wait(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<(), Error> {
         let secs = args::float(ruby, "lock wait", seconds)?;
-        rb_self.get(ruby)?.shared.set_lock_wait(circuit_breaker_core::clock::nanos_from_secs(secs));
+        rb_self.get(ruby)?.record.set_lock_wait(circuit_breaker_core::clock::nanos_from_secs(secs));
         Ok(())
     }
 
     /// The file a `shared:` breaker lives in, nil for a breaker of this
     /// process.
     fn shared_path(ruby: &Ruby, rb_self: &Self) -> Result<Option<String>, Error> {
-        Ok(rb_self.get(ruby)?.shared.path().map(|p| p.display().to_string()))
+        Ok(rb_self.get(ruby)?.record.path().map(|p| p.display().to_string()))
     }
 
     fn set_notify_rejects(ruby: &Ruby, rb_self: &Self, on: bool) -> Result<(), Error> {
