@@ -80,6 +80,9 @@ RSpec.describe "the Ruby blocks of README.md and docs/", :integration do
         skip "redis-server is not installed (bin/test installs it)" if block[:code].include?("REDIS_URL") && @redis.nil?
         # What docs/install.md says builds without shared records refuse.
         skip "shared: needs a build with shared records" if block[:code].include?("shared:") && !CircuitBreaker.shared_supported?
+        if block[:code].include?('require "async"') && !FiberSchedulers.async?
+          skip "the async gem cannot be loaded here: #{FiberSchedulers.async_error}"
+        end
         out, status = run_ruby(block[:code], lib)
 
         expect(status).to be_success, "#{where} failed:\n#{out}"
