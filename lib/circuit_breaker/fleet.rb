@@ -40,8 +40,12 @@ class CircuitBreaker
         shared = options.shared && "#{options.namespace}:#{options.shared}"
         host_key = shared && "#{Socket.gethostname}:#{Process.uid}:shared:#{shared}"
         interval = options.fleet_interval
-        syncer = @lock.synchronize { @syncers[[settings, interval]] ||= Syncer.new(settings, interval) }
-        syncer.link(breaker, host_key, options.fleet_namespace, options.logger)
+        # A trap handler may build one (its locks taken on a thread of
+        # their own: TrapContext).
+        TrapContext.outside("building a fleet breaker") do
+          syncer = @lock.synchronize { @syncers[[settings, interval]] ||= Syncer.new(settings, interval) }
+          syncer.link(breaker, host_key, options.fleet_namespace, options.logger)
+        end
       end
 
       # A fleet breaker's first use in this process (a call, `metrics`, a
@@ -51,7 +55,9 @@ class CircuitBreaker
       # and starts no thread (docs/fleet.md, "Processes").
       # @api private
       def start(link)
-        @syncers.each_value { |syncer| return syncer.start if syncer.holds?(link) }
+        @syncers.each_value do |syncer|
+          return TrapContext.outside("starting the fleet syncer") { syncer.start } if syncer.holds?(link)
+        end
       end
 
       # In a forked child: every syncer starts afresh (new thread, new

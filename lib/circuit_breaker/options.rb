@@ -153,8 +153,12 @@ class CircuitBreaker
           # Checked before the breaker exists (docs/fleet.md); nothing
           # connects yet. The fleet's code is loaded by the first fleet
           # breaker only.
-          require_relative "fleet"
-          _, values[:fleet_interval] = Fleet.settings(fleet, values[:fleet_interval])
+          # (In a trap handler, which may not `require` it or the Redis
+          # client, on a thread of its own: lib/circuit_breaker/trap_context.rb.)
+          _, values[:fleet_interval] = TrapContext.outside("loading the fleet") do
+            require_relative "fleet"
+            Fleet.settings(fleet, values[:fleet_interval])
+          end
           # The fleet's keys are the breaker's name: unnamed breakers would be one.
           if values[:name].nil? && values[:shared].nil?
             raise ArgumentError, "fleet: needs name: (or shared:), the name the hosts share"
