@@ -27,6 +27,12 @@ class CircuitBreaker
     def duration?(value)
       defined?(::ActiveSupport::Duration) && ::ActiveSupport::Duration === value
     end
+
+    # @return [Boolean] whether there can be a Duration to convert
+    #   (ActiveSupport is loaded)
+    def loaded?
+      defined?(::ActiveSupport::Duration) ? true : false
+    end
   end
   private_constant :Durations
 end

@@ -54,6 +54,7 @@ class CircuitBreaker
 
     # Every keyword CircuitBreaker.new takes.
     KEYWORDS = (DEFAULTS.keys + ALIASES.keys).freeze
+    KNOWN = KEYWORDS.to_h { |k| [k, true] }.freeze
 
     # The seeds' aliases that stand for a pair of options.
     SEEDS = %i[probe_ratio half_open_window].freeze
@@ -61,7 +62,7 @@ class CircuitBreaker
     # The options in seconds, which also take an ActiveSupport::Duration.
     SECONDS = %i[open_duration half_open_timeout probe_timeout min_stage_duration max_open_duration
                  fleet_interval].freeze
-    private_constant :SEEDS, :SECONDS
+    private_constant :KNOWN, :SEEDS, :SECONDS
 
     class << self
       # The options of a breaker built now with `given`: the library's
@@ -94,8 +95,8 @@ class CircuitBreaker
       def layer(values, aliases, given)
         return if given.empty?
 
-        unknown = given.keys - KEYWORDS
-        unless unknown.empty?
+        unless given.each_key.all? { |key| KNOWN.key?(key) }
+          unknown = given.keys.reject { |key| KNOWN.key?(key) }
           raise ArgumentError, "unknown keyword#{'s' if unknown.size > 1}: #{unknown.map(&:inspect).join(', ')}"
         end
 
@@ -148,7 +149,7 @@ class CircuitBreaker
         raise ArgumentError, "fleet_interval: needs fleet:" if fleet.nil? && !values[:fleet_interval].nil?
         raise ArgumentError, "fleet_quorum: needs fleet:" if fleet.nil? && !values[:fleet_quorum].nil?
 
-        SECONDS.each { |key| values[key] = Durations.seconds(values[key]) }
+        SECONDS.each { |key| values[key] = Durations.seconds(values[key]) } if Durations.loaded?
         unless fleet.nil?
           # Checked before the breaker exists (docs/fleet.md); nothing
           # connects yet. The fleet's code is loaded by the first fleet
