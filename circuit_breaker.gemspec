@@ -15,17 +15,12 @@ Gem::Specification.new do |spec|
   DESC
   spec.authors = ["circuit_breaker developers"]
   spec.license = "MIT"
-  spec.homepage = "https://example.invalid/circuit_breaker"
   # The source gem builds on every Ruby from 3.1 on (docs/install.md lists
   # what is tested); `rake native:gem` narrows this to the ABI it was built for.
   spec.required_ruby_version = ">= 3.1"
-  spec.metadata = {
-    "changelog_uri" => "#{spec.homepage}/blob/main/CHANGELOG.md",
-    "source_code_uri" => spec.homepage,
-    "bug_tracker_uri" => "#{spec.homepage}/issues",
-    "documentation_uri" => "#{spec.homepage}/blob/main/docs",
-    "rubygems_mfa_required" => "true"
-  }
+  # No homepage: the project has no public address yet, and a placeholder
+  # would send users nowhere. The README and docs/ ship in the gem.
+  spec.metadata = { "rubygems_mfa_required" => "true" }
 
   # An explicit list: build output (target/, *.so) must never be packaged.
   spec.files = Dir[

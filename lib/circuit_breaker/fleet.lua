@@ -4,8 +4,8 @@
 -- slots up to the quota. Every decision is the Rust core's (fleet.rs).
 --
 -- The wire format is written twice: here (REPORT, REPLY) and in the Rust
--- core (ext/circuit_breaker_rules/src/fleet/wire.rs, REPORT_FIELDS and
--- REPLY_FIELDS); spec/fleet/wire_spec.rb checks one against the other.
+-- rules (ext/circuit_breaker_rules/src/fleet/wire.rs, REPORT_FIELDS and
+-- REPLY_FIELDS); spec/fleet/seam_spec.rb checks one against the other.
 --
 -- KEYS[1] hosts hash, KEYS[2] state hash.
 -- ARGV[1] host id; ARGV[2] the host's report, integers separated by spaces,

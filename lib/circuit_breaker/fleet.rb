@@ -11,6 +11,9 @@ class CircuitBreaker
   module Fleet
     SCRIPT = File.read(File.expand_path("fleet.lua", __dir__)).freeze
     DEFAULT_INTERVAL = 0.1
+    # The wire format's names, in order (the binding sets them from the Rust
+    # core's): what the specs check lib/circuit_breaker/fleet.lua's against.
+    private_constant :REPORT_FIELDS, :REPLY_FIELDS
 
     @syncers = {}
     @lock = Mutex.new

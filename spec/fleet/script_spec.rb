@@ -50,7 +50,7 @@ RSpec.describe "The fleet script", :redis do
     now_ms = redis_server.command("TIME").then { |sec, usec| (Integer(sec) * 1000) + (Integer(usec) / 1000) }
     redis_server.command("HSET", keys[0], "old", "#{now_ms} 40 0 0 0 0 0 0 0") # nine words
     reply = send_report(host: "b", total: 60)
-    expect(reply.size).to eq(CircuitBreaker::Fleet::REPLY_FIELDS.size)
+    expect(reply.size).to eq(CircuitBreaker::Fleet.const_get(:REPLY_FIELDS).size)
     expect([reply[10], reply[13], reply[20], reply[21]]).to eq([200, 3, 1, 100])
   end
 

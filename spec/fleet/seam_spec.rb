@@ -20,6 +20,10 @@ RSpec.describe "The fleet's wire format", :redis do
 
   def link(breaker) = breaker.instance_variable_get(:@fleet_link)
 
+  # The Rust core's names of the words (private to the fleet's code).
+  let(:report_fields) { CircuitBreaker::Fleet.const_get(:REPORT_FIELDS) }
+  let(:reply_fields) { CircuitBreaker::Fleet.const_get(:REPLY_FIELDS) }
+
   # Hands `reply` to the breaker's link, and delivers what changed (as the
   # syncer's events thread does).
   def receive(breaker, reply)
@@ -28,8 +32,8 @@ RSpec.describe "The fleet's wire format", :redis do
   end
 
   it "names the same words, in the same order, in Rust and in Lua" do
-    expect(lua_names("REPORT")).to eq(CircuitBreaker::Fleet::REPORT_FIELDS)
-    expect(lua_names("REPLY")).to eq(CircuitBreaker::Fleet::REPLY_FIELDS)
+    expect(lua_names("REPORT")).to eq(report_fields)
+    expect(lua_names("REPLY")).to eq(reply_fields)
   end
 
   it "runs what Rust prepares through the script, and Rust reads the script's reply" do
@@ -44,14 +48,14 @@ RSpec.describe "The fleet's wire format", :redis do
     expect(keys).to eq(%w[hosts state].map { |k| "#{link(breaker).tag}:#{k}" })
     expect(argv[0]).to eq("wire-host")
     expect(argv[2]).to eq("#{link(breaker).tag}:changed")
-    report = CircuitBreaker::Fleet::REPORT_FIELDS.zip(argv[1].split(" ").map { |w| Integer(w, 10) }).to_h
+    report = report_fields.zip(argv[1].split(" ").map { |w| Integer(w, 10) }).to_h
     expect(report.values_at("total", "failures", "slow", "quota", "kind")).to eq([7, 3, 0, 3, 0])
 
     reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, *argv)
     # What the script kept of the report: its field, `seen total failures slow ...`.
     field = redis_server.command("HGET", keys[0], "wire-host").split(" ")
     expect(field[1, 3]).to eq(%w[7 3 0])
-    words = CircuitBreaker::Fleet::REPLY_FIELDS.zip(reply.split(" ").map { |w| Integer(w, 10) }).to_h
+    words = reply_fields.zip(reply.split(" ").map { |w| Integer(w, 10) }).to_h
     expect(words.values_at("kind", "state", "applied")).to eq([1, 0, 0])
     expect(words["total"]).to be >= 7 # with the syncer's own report, if it came first
     receive(breaker, reply)
@@ -65,7 +69,7 @@ RSpec.describe "The fleet's wire format", :redis do
     keys, argv = link(breaker).prepare("wire-host", false)
     short = argv[1].split(" ")[0...-1].join(" ")
     expect { redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, argv[0], short, argv[2]) }
-      .to raise_error(/a report has #{CircuitBreaker::Fleet::REPORT_FIELDS.size} integers/)
+      .to raise_error(/a report has #{report_fields.size} integers/)
     reply = redis_server.command("EVAL", CircuitBreaker::Fleet::SCRIPT, 2, *keys, *argv)
     receive(breaker, reply.split(" ")[0...-1].join(" "))
     expect(breaker.metrics[:fleet]).to eq(:degraded)

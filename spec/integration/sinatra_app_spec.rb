@@ -11,7 +11,6 @@ RSpec.describe "examples/sinatra_app.rb", :integration do
   include Rack::Test::Methods
 
   before(:all) do
-    skip "CircuitBreaker.for (lib/circuit_breaker/registry.rb) is not loaded by the gem yet" unless CircuitBreaker.respond_to?(:for)
     require_relative "../../examples/sinatra_app"
     # A script that stays healthy for the whole file; the fixed routes fail on demand.
     @upstream = CircuitBreaker::Examples::FlakyUpstream.start(healthy: 600, stop_after: 600)

@@ -391,7 +391,8 @@ pub fn init(ruby: &Ruby, class: RClass) -> Result<(), Error> {
     link.define_method("tag", method!(Link::tag, 0))?;
     link.define_method("breaker", method!(Link::breaker, 0))?;
     link.define_method("sender", method!(Link::sender, 0))?;
-    // The wire format's names, in order (spec/fleet/wire_spec.rb).
+    // The wire format's names, in order: private constants (fleet.rb), read
+    // by spec/fleet/seam_spec.rb and script_spec.rb only.
     module.const_set("REPORT_FIELDS", fleet::REPORT_FIELDS.to_vec())?;
     module.const_set("REPLY_FIELDS", fleet::REPLY_FIELDS.to_vec())?;
     Ok(())
