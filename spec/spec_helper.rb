@@ -13,12 +13,12 @@ RSpec.configure do |config|
   config.example_status_persistence_file_path = "tmp/rspec-status.txt"
   # Examples of shared: (tagged :shared_memory) need a build that has it;
   # a build without it (docs/install.md) runs those tagged :no_shared_memory
-  # instead (spec/circuit_breaker/portable_spec.rb).
+  # instead (spec/breaker/portable_spec.rb).
   config.filter_run_excluding(CircuitBreaker.shared_supported? ? :no_shared_memory : :shared_memory)
   # This suite's CircuitBreaker.for breakers stay per process, as in an
   # app's test suite (RAILS_ENV=test; docs/shared.md, "Host scope"), without
   # setting RACK_ENV for the apps the suite boots;
-  # spec/circuit_breaker/host_scope_spec.rb covers the default.
+  # spec/circuit_breaker/scope_spec.rb covers the default.
   CircuitBreaker.configure { |c| c.scope = :process }
 
   # GC_STRESS=1 runs every example under GC.stress; GC_COMPACT=1 compacts

@@ -4,7 +4,7 @@
 # (ext/circuit_breaker/src/), written where rdoc and ri look: rdoc reads
 # `##` comments with a `:method:` directive as methods of the enclosing
 # class. Nothing requires this file; loading it would define nothing.
-# spec/circuit_breaker/native_docs_spec.rb checks that every native method
+# spec/circuit_breaker/native_spec.rb checks that every native method
 # has its entry here. The behaviour is described in docs/semantics.md, the
 # options in docs/configuration.md. The constructors are Ruby:
 # lib/circuit_breaker/options.rb, windows.rb and manual_clock.rb.

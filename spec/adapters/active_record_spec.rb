@@ -179,7 +179,7 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
       skip "MariaDB is not installed (bin/test installs it)" unless DbServers::MariaDB.available?
       # mysql2 0.5.3 (Debian 12) keeps Ruby objects in C globals that a
       # heap compaction moves (it crashed in _query after
-      # spec/circuit_breaker/gc_spec.rb's GC.compact). Required here, and
+      # spec/breaker/gc_spec.rb's GC.compact). Required here, and
       # run only in a process whose heap was never compacted: bin/test also
       # runs spec/adapters in a process of its own, where these run.
       if GC.stat(:compact_count).positive?

@@ -52,7 +52,7 @@ GrpcSpecStub = GrpcSpecService.rpc_stub_class
 RSpec.describe CircuitBreaker::Adapters::GRPC::Interceptor do
   before(:all) do
     # grpc 1.51 (Debian 12 and 13) is not compaction-safe either: after
-    # spec/circuit_breaker/gc_spec.rb's GC.compact, Ruby 3.3 raised "broken
+    # spec/breaker/gc_spec.rb's GC.compact, Ruby 3.3 raised "broken
     # members" from run_batch, or crashed there. As for mysql2
     # (active_record_spec.rb): bin/test also runs spec/adapters in a process
     # of its own, where these run.

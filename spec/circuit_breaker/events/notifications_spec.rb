@@ -95,7 +95,7 @@ RSpec.describe CircuitBreaker, "ActiveSupport::Notifications", :integration do
         p b.state
       end
     RUBY
-    out, status = ChildProcess.capture2e(RbConfig.ruby, "-Ilib", "-e", script, chdir: File.expand_path("../..", __dir__))
+    out, status = ChildProcess.capture2e(RbConfig.ruby, "-Ilib", "-e", script, chdir: File.expand_path("../../..", __dir__))
     expect(status).to be_success, out
     expect(out.lines.map(&:chomp)).to eq(["nil", ":open"])
   end
