@@ -8,12 +8,13 @@ use std::sync::atomic::Ordering;
 use circuit_breaker_core::{Decision, Nanos, Outcome, Permit};
 use magnus::error::ErrorType;
 use magnus::scan_args::get_kwargs;
-use magnus::{typed_data::Obj, value::ReprValue, Error, RHash, Ruby, Symbol, TryConvert, Value};
+use magnus::{typed_data::Obj, value::ReprValue, Error, RClass, RHash, Ruby, Symbol, TryConvert, Value};
 
 use crate::cruby::{self, Exit, Unwound};
 use crate::errors::{arg_error, shown, type_error};
 
-use super::{Breaker, ID_CALL};
+use super::matchers::{classify, ID_CALL};
+use super::Breaker;
 
 /// `call(fallback: ->(error) { ... }, fallback_on: :rejection | :failure)`:
 /// what answers instead of an exception (docs/semantics.md, "Fallback").
@@ -191,7 +192,7 @@ impl Breaker {
             Err(Unwound::Jumped(cruby::TAG_FATAL)) => (Outcome::Released, None),
             // break, next, throw, return: the block finished early.
             Err(Unwound::Jumped(_)) => (Outcome::Success { duration_ns }, None),
-            Err(Unwound::Raised(ex)) => match this.classify(ruby, *ex) {
+            Err(Unwound::Raised(ex)) => match classify(ruby, &this.record_errors, &this.ignore_errors, *ex) {
                 Ok(true) => {
                     this.last_error.store(cruby::raw(ex.class()) as usize, Ordering::Relaxed);
                     (Outcome::Failure { duration_ns }, None)
@@ -237,8 +238,16 @@ impl Breaker {
     }
 }
 
+impl Breaker {
+    /// Defines `call`, the hot path: entered without magnus's receiver
+    /// conversion (see cruby::define_method_args).
+    pub(super) fn define_call(class: RClass) {
+        crate::cruby::define_method_args::<CallMethod>(class, c"call");
+    }
+}
+
 /// `CircuitBreaker#call`.
-pub(super) struct CallMethod;
+struct CallMethod;
 
 impl crate::cruby::MethodArgs for CallMethod {
     type Receiver = Breaker;

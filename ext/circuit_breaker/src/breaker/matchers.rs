@@ -10,7 +10,9 @@ use magnus::{
 use crate::cruby;
 use crate::errors::{type_error, ERROR, FAILURE};
 
-use super::{Inner, ID_CALL};
+/// `call`: what a callable matcher answers, as do `fallback:` and
+/// `failure_if:` (call.rs) and the options that take a Proc (mod.rs).
+pub(super) static ID_CALL: LazyId = LazyId::new("call");
 
 /// Timeout::Error, and Timeout::ExitException where the timeout gem has it
 /// (lib/circuit_breaker.rb requires "timeout" before loading this library).
@@ -127,20 +129,24 @@ impl Matchers {
     }
 }
 
-impl Inner {
-    /// Whether a raised exception is recorded as a failure (true) or passes
-    /// through unrecorded (false).
-    pub(super) fn classify(&self, ruby: &Ruby, ex: Exception) -> Result<bool, Error> {
-        // Checked first: a caller that raises it has decided (docs/semantics.md).
-        if ex.is_kind_of(ruby.get_inner(&FAILURE)) {
-            return Ok(true);
-        }
-        if !self.ignore_errors.is_empty() && self.ignore_errors.hit(ruby, ex)? {
-            return Ok(false);
-        }
-        if timeout_classes(ruby).iter().any(|&t| cruby::kind_of(ex, t)) {
-            return Ok(true);
-        }
-        self.record_errors.hit(ruby, ex)
+/// Whether a raised exception is recorded as a failure (true) or passes
+/// through unrecorded (false), by a breaker's `record_errors:` and
+/// `ignore_errors:`.
+pub(super) fn classify(
+    ruby: &Ruby,
+    record_errors: &Matchers,
+    ignore_errors: &Matchers,
+    ex: Exception,
+) -> Result<bool, Error> {
+    // Checked first: a caller that raises it has decided (docs/semantics.md).
+    if ex.is_kind_of(ruby.get_inner(&FAILURE)) {
+        return Ok(true);
     }
+    if !ignore_errors.is_empty() && ignore_errors.hit(ruby, ex)? {
+        return Ok(false);
+    }
+    if timeout_classes(ruby).iter().any(|&t| cruby::kind_of(ex, t)) {
+        return Ok(true);
+    }
+    record_errors.hit(ruby, ex)
 }

@@ -23,7 +23,7 @@ use circuit_breaker_core::{
 use magnus::{
     function, method,
     prelude::*,
-    value::{LazyId, Opaque, ReprValue},
+    value::{Opaque, ReprValue},
     DataTypeFunctions, Error, RClass, RHash, RString, RStruct, Ruby, Symbol, TypedData, Value,
 };
 
@@ -41,8 +41,7 @@ mod matchers;
 mod metrics;
 mod permits;
 
-use call::CallMethod;
-use matchers::Matchers;
+use matchers::{Matchers, ID_CALL};
 
 /// A `CircuitBreaker` object: allocated empty, set up once by
 /// `initialize` (lib/circuit_breaker/options.rb) through `__setup`, from
@@ -93,8 +92,6 @@ impl DataTypeFunctions for Breaker {
         }
     }
 }
-
-static ID_CALL: LazyId = LazyId::new("call");
 
 fn callable(ruby: &Ruby, name: &str, v: Value) -> Result<Option<Opaque<Value>>, Error> {
     if v.is_nil() {
@@ -450,9 +447,7 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_alloc_func::<Breaker>();
     class.define_private_method("__setup", method!(Breaker::setup, 1))?;
     class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
-    // The hot path: entered without magnus's receiver conversion (see
-    // cruby::define_method_args).
-    crate::cruby::define_method_args::<CallMethod>(class, c"call");
+    Breaker::define_call(class);
     class.define_method("state", method!(Breaker::state, 0))?;
     class.define_method("metrics", method!(Breaker::metrics, 0))?;
     class.define_private_method("__peek", method!(Breaker::peek, 0))?;
