@@ -159,6 +159,69 @@ RSpec.describe CircuitBreaker::Adapters::NetHTTP, :integration do
     expect(CircuitBreaker.registry["net_http:overflow"].metrics[:total]).to eq(2)
   end
 
+  describe "which hosts a protect names (issue: IPv6 literals and mixed-case names protected nothing, silently)" do
+    # An HTTP server on the IPv6 loopback answering 500 to every request,
+    # on a thread of this process (closed after the example).
+    def ipv6_server
+      server = begin
+        TCPServer.new("::1", 0)
+      rescue SystemCallError, SocketError => e
+        skip "this machine has no IPv6 loopback (::1: #{e.class}: #{e.message})"
+      end
+      thread = Thread.new do
+        loop do
+          client = server.accept
+          while (line = client.gets) && line != "\r\n"; end
+          client.write("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+          client.close
+        end
+      rescue IOError, SystemCallError
+        nil
+      end
+      yield server.addr[1]
+    ensure
+      server&.close
+      thread&.join(2)
+      thread&.kill
+    end
+
+    it "protects http://[::1]:PORT/ given \"::1\", \"[::1]\" or \"[::1]:PORT\"" do
+      ipv6_server do |port|
+        ["::1", "[::1]", "[::1]:#{port}"].each do |host|
+          described_class.clear!
+          CircuitBreaker.forget_all!
+          described_class.protect(host, **options)
+          expect(Net::HTTP.get_response(URI("http://[::1]:#{port}/")).code).to eq("500")
+          expect(CircuitBreaker.registry.keys).to eq(["net_http:[::1]:#{port}"]), host
+          expect(CircuitBreaker.registry["net_http:[::1]:#{port}"].metrics[:failures]).to eq(1)
+        end
+      end
+    end
+
+    it "matches host names case-insensitively" do
+      described_class.protect("localhost:#{upstream.port}", **options)
+      expect(Net::HTTP.get_response(URI("http://LocalHost:#{upstream.port}/status/500")).code).to eq("500")
+      expect(CircuitBreaker.registry.keys).to eq(["net_http:localhost:#{upstream.port}"])
+      described_class.clear!
+      described_class.protect("LOCALHOST", **options)
+      expect(Net::HTTP.get_response(URI("http://localhost:#{upstream.port}/status/200")).code).to eq("200")
+      expect(CircuitBreaker.registry["net_http:localhost:#{upstream.port}"].metrics[:total]).to eq(2)
+    end
+
+    it "takes a URL without a path as its host and port" do
+      described_class.protect("http://127.0.0.1:#{upstream.port}", **options)
+      fetch("/status/500")
+      expect(breaker.metrics[:failures]).to eq(1)
+    end
+
+    it "refuses, with an ArgumentError, only what can never match: no host, a bad port, a path" do
+      ["", ":80", "[]", "host:abc", "host:", "host:0", "host:65536", "[::1]:x", "host/api", "http://host/api"].each do |host|
+        expect { described_class.protect(host) }.to raise_error(ArgumentError, /NetHTTP\.protect: .*(empty|port|path)/), host
+      end
+      expect { described_class.protect("::1", "[::1]:443", "Example.COM", "https://example.com") }.not_to raise_error
+    end
+  end
+
   it "refuses bad arguments, naming them" do
     expect { described_class.protect }.to raise_error(ArgumentError, /at least one host/)
     expect { described_class.protect(42) }.to raise_error(TypeError, /a host must be a String/)

@@ -51,12 +51,14 @@ class CircuitBreaker
       # One `protect` call: which hosts, which breaker, what fails.
       # @api private
       Rule = Struct.new(:hosts, :breaker, :options, :failure_statuses, :failure_errors) do
-        def match?(address, port)
+        # `host` is the address as {NetHTTP.host} gives it (lower case, an
+        # IPv6 literal without brackets); a Regexp sees Net::HTTP's own.
+        def match?(address, host, port)
           hosts.any? do |h|
             case h
             when :all then true
             when Regexp then h.match?("#{address}:#{port}")
-            when Array then h[0] == address && (h[1].nil? || h[1] == port)
+            when Array then h[0] == host && (h[1].nil? || h[1] == port)
             end
           end
         end
@@ -92,7 +94,11 @@ class CircuitBreaker
         #   CircuitBreaker::Adapters::NetHTTP.protect("a.example", "b.example:8443",
         #                                             breaker: "partners", failure_statuses: [502])
         # @param hosts [Array<String, Regexp, :all>] "host" (any port),
-        #   "host:port", a Regexp matched against "host:port", or :all
+        #   "host:port", an IPv6 literal ("::1", "[::1]", "[::1]:8080"), a
+        #   URL without a path, a Regexp matched against "address:port", or
+        #   :all; host names match case-insensitively
+        # @raise [ArgumentError] a host that can never match: empty, a port
+        #   outside 1..65535, a path
         # @param breaker [CircuitBreaker, String, Symbol, nil] one breaker for
         #   every request to these hosts (a registry name is created with
         #   `breaker_options` by {CircuitBreaker.for}); nil: a breaker per
@@ -138,11 +144,12 @@ class CircuitBreaker
         # @api private
         def lookup(address, port)
           rules = @rules
-          rule = rules.find { |r| r.match?(address, port) }
+          host = host(address)
+          rule = rules.find { |r| r.match?(address, host, port) }
           return nil unless rule
 
           breaker = case rule.breaker
-                    when nil then @breakers.fetch("#{address}:#{port}", rule.options)
+                    when nil then @breakers.fetch("#{host.include?(':') ? "[#{host}]" : host}:#{port}", rule.options)
                     when CircuitBreaker then rule.breaker
                     else CircuitBreaker.for(rule.breaker, **rule.options)
                     end
@@ -154,20 +161,65 @@ class CircuitBreaker
         # @api private
         attr_reader :generation
 
+        # A host as rules compare it: host names are case-insensitive, and
+        # an IPv6 literal is the same with or without its brackets
+        # (`URI#hostname` drops them, `URI#host` keeps them).
+        # @api private
+        def host(address)
+          address.to_s.downcase.delete_prefix("[").delete_suffix("]")
+        end
+
         private
 
+        # "host", "host:port", an IPv6 literal ("::1", "[::1]",
+        # "[::1]:8080") or a URL without a path ("https://host:8443"):
+        # [host, port or nil]. An ArgumentError only for what can never
+        # match a request: no host, a port outside 1..65535, a path.
         def check_host(host)
           case host
           when :all, Regexp then host
           when String
-            name, port = host.split(/:(?=\d+\z)/, 2)
-            raise ArgumentError, "NetHTTP.protect: host must not be empty" if name.to_s.empty?
+            name, port = split_host(host)
+            raise ArgumentError, "NetHTTP.protect: host must not be empty (got #{host.inspect})" if name.to_s.empty?
 
-            [name.freeze, port && Integer(port, 10)].freeze
+            [host(name).freeze, port.nil? ? nil : check_port(port, host)].freeze
           else
             raise TypeError, "NetHTTP.protect: a host must be a String (\"host\" or \"host:port\"), " \
                              "a Regexp or :all (got #{host.inspect})"
           end
+        end
+
+        def split_host(host)
+          if host.match?(%r{\A[a-z][a-z0-9+.-]*://}i)
+            uri = begin
+              URI.parse(host)
+            rescue URI::InvalidURIError => e
+              raise ArgumentError, "NetHTTP.protect: #{host.inspect} is not a URL Net::HTTP can request (#{e.message})"
+            end
+            unless ["", "/"].include?(uri.path.to_s) && uri.query.nil? && uri.fragment.nil?
+              raise ArgumentError, "NetHTTP.protect: a host, not a URL with a path (got #{host.inspect}; " \
+                                   "give #{uri.hostname.to_s.inspect} or \"host:port\")"
+            end
+            [uri.hostname, uri.port]
+          elsif host.include?("/")
+            raise ArgumentError, "NetHTTP.protect: a host, not a path (got #{host.inspect}; give \"host\" or \"host:port\")"
+          elsif host.start_with?("[")
+            match = host.match(/\A\[([^\]]*)\](?::(.*))?\z/m)
+            raise ArgumentError, "NetHTTP.protect: an IPv6 literal is \"[address]\" or \"[address]:port\" (got #{host.inspect})" unless match
+
+            [match[1], match[2]]
+          elsif host.count(":") > 1
+            [host, nil] # an IPv6 literal without brackets: any port
+          else
+            host.split(":", 2)
+          end
+        end
+
+        def check_port(port, host)
+          value = port.is_a?(Integer) ? port : (Integer(port, 10) if port.match?(/\A\d+\z/))
+          return value if value&.between?(1, 65_535)
+
+          raise ArgumentError, "NetHTTP.protect: the port of #{host.inspect} must be an Integer in 1..65535"
         end
 
         def check_breaker(breaker)
