@@ -57,9 +57,10 @@ class CircuitBreaker
     private_constant :SECURITY_HEADERS
 
     # @param authorize [#call, nil] called with the Rack::Request (and, when
-    #   it takes more than one argument, the action Symbol and the breaker
-    #   name) for every action: truthy allows it. Without it every action
-    #   is refused.
+    #   it takes three arguments, the action Symbol and the breaker name)
+    #   for every action: truthy allows it. Without it every action is
+    #   refused; one that takes neither 1 nor 3 arguments is an
+    #   ArgumentError.
     # @param breakers [#call, Hash] the breakers shown, name => breaker, or
     #   a callable returning them (default: {CircuitBreaker.registry} at
     #   each request)

@@ -247,6 +247,31 @@ RSpec.describe CircuitBreaker::Dashboard do
       expect([session.last_response.status, seen]).to eq([303, ["/breakers/payments/trip"]])
     end
 
+    it "take a hook of three arguments, and one whose optional arguments take either form" do
+      seen = []
+      full = described_class.new(authorize: ->(req, action, name) { seen << [req.path_info, action, name] },
+                                 breakers: { "payments" => payments })
+      session = Rack::Test::Session.new(Rack::MockSession.new(full))
+      session.get "/"
+      session.post "/breakers/payments/trip", { csrf_token: session.last_response.body[/value="(\h{128})"/, 1] }
+      expect([session.last_response.status, seen]).to eq([303, [["/breakers/payments/trip", :trip, "payments"]]])
+      expect { described_class.new(authorize: ->(req, action = nil) { [req, action] }) }.not_to raise_error
+      expect { described_class.new(authorize: ->(*args) { args }) }.not_to raise_error
+    end
+
+    it "refuse, when the dashboard is built, a hook of neither 1 nor 3 arguments, naming the forms" do
+      # Called with three arguments, a two-argument lambda raised, and every
+      # action was refused (403) without a word.
+      [->(req, action) { [req, action] }, ->(req, action, name, more) { [req, action, name, more] }, -> { true },
+       proc { |req, action| [req, action] }].each do |hook|
+        expect { described_class.new(authorize: hook) }
+          .to raise_error(ArgumentError, /authorize: must take 1 argument .* or 3 .*arity #{hook.arity}/)
+      end
+      caller_object = Object.new
+      def caller_object.call(req, action) = [req, action]
+      expect { described_class.new(authorize: caller_object) }.to raise_error(ArgumentError, /arity 2/)
+    end
+
     it "are refused on GET (and every method but POST), before the hook is asked" do
       t = token
       %i[get put delete patch].each do |verb|
