@@ -29,6 +29,7 @@ Gem::Specification.new do |spec|
     "lib/circuit_breaker/dashboard/page.html.erb", # the status page (lib/circuit_breaker/dashboard/page.rb renders it)
     "sig/**/*.rbs",
     "ext/circuit_breaker/extconf.rb",
+    "ext/circuit_breaker/precompiled.rb", # what the platform gems carry (extconf.rb names them)
     "ext/*/Cargo.toml",
     "ext/*/src/**/*.rs",
     "docs/*.md",

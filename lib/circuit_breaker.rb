@@ -11,8 +11,20 @@ require_relative "circuit_breaker/errors"
 require "rbconfig"
 abi = RUBY_VERSION[/\A\d+\.\d+/]
 abi_libraries = Dir.glob(File.join(__dir__, "circuit_breaker", "*", "circuit_breaker.#{RbConfig::CONFIG['DLEXT']}"))
+# The way forward when a platform gem cannot serve this Ruby: the source gem,
+# and what it needs (its install names whatever is missing, and never sends
+# the user back here).
+source_gem = "install the source gem, which compiles at install: `gem install circuit_breaker --platform ruby` " \
+             "(Bundler: `gem \"circuit_breaker\", force_ruby_platform: true`); it needs cargo (Rust), libclang " \
+             "and a C compiler, and names any that is missing with its install command (docs/install.md)"
 if abi_libraries.any? { |f| File.basename(File.dirname(f)) == abi }
-  require_relative "circuit_breaker/#{abi}/circuit_breaker"
+  begin
+    require_relative "circuit_breaker/#{abi}/circuit_breaker"
+  rescue LoadError => e
+    # The library is there but does not load: a C library older than the
+    # one it was linked for (glibc 2.34), or another libc.
+    raise LoadError, "circuit_breaker: #{e.message}\nThe precompiled library needs glibc 2.34 or newer: #{source_gem}"
+  end
 elsif abi_libraries.empty?
   require "circuit_breaker/circuit_breaker"
 else
@@ -20,7 +32,7 @@ else
   # between those it carries).
   carried = abi_libraries.map { |f| File.basename(File.dirname(f)) }.sort.join(", ")
   raise LoadError, "circuit_breaker: this platform gem has its native library for Ruby #{carried}, " \
-                   "not #{RUBY_VERSION}: install the source gem (`gem install circuit_breaker --platform ruby`, docs/install.md)"
+                   "not #{RUBY_VERSION}: #{source_gem}"
 end
 require_relative "circuit_breaker/durations"
 require_relative "circuit_breaker/keys"
