@@ -14,14 +14,27 @@
 # Debian chroot that has that Ruby (bin/chroot; for arm64 its Ruby runs under
 # qemu-user, which is how rb-sys reads its RbConfig). This machine's own Ruby
 # builds its own ABI. Needs root for the chroots.
+require_relative "../ext/circuit_breaker/precompiled"
 
 # RubyGems platform => Debian architecture and Rust target.
 NATIVE_PLATFORMS = {
   "x86_64-linux" => { arch: "amd64", target: "x86_64-unknown-linux-gnu", gcc: "x86_64-linux-gnu-gcc" },
   "aarch64-linux" => { arch: "arm64", target: "aarch64-unknown-linux-gnu", gcc: "aarch64-linux-gnu-gcc" }
 }.freeze
-# Ruby ABI => the Debian release whose Ruby it is.
-NATIVE_RUBIES = { "3.1" => "bookworm", "3.3" => "trixie" }.freeze
+# Ruby ABI => the Debian root that has that Ruby, its command there, and the
+# packages that bring it with its headers. One forky root serves 3.3 (its
+# own Ruby) and 3.4 (experimental's ruby3.4, which needs a libc of forky or
+# sid): one chroot less per architecture than a trixie root for 3.3, and
+# the same Ruby 3.3.8.
+NATIVE_RUBIES = {
+  "3.1" => { suite: "bookworm", ruby: "/usr/bin/ruby", packages: "ruby ruby-dev" },
+  "3.3" => { suite: "forky", ruby: "/usr/bin/ruby3.3", packages: "ruby3.3 ruby3.3-dev" },
+  "3.4" => { suite: "forky", ruby: "/usr/bin/ruby3.4", packages: "ruby3.4/experimental ruby3.4-dev/experimental" }
+}.freeze
+unless NATIVE_RUBIES.keys == CircuitBreakerPrecompiled::RUBIES && NATIVE_PLATFORMS.keys == CircuitBreakerPrecompiled::PLATFORMS
+  abort "rakelib/native.rake builds #{NATIVE_RUBIES.keys} on #{NATIVE_PLATFORMS.keys}; " \
+        "ext/circuit_breaker/precompiled.rb says #{CircuitBreakerPrecompiled::RUBIES} on #{CircuitBreakerPrecompiled::PLATFORMS}"
+end
 
 def host_arch
   @host_arch ||= `dpkg --print-architecture`.strip
@@ -39,11 +52,12 @@ def native_build_env(platform, abi)
   # This machine's own Ruby, when it is that one.
   return { "RUBY" => RbConfig.ruby } if arch == host_arch && RUBY_VERSION.start_with?("#{abi}.")
 
-  root = chroot_ready(NATIVE_RUBIES.fetch(abi), arch, "ruby ruby-dev")
+  info = NATIVE_RUBIES.fetch(abi)
+  root = chroot_ready(info[:suite], arch, info[:packages])
   mkdir_p "tmp/native"
   ruby = File.expand_path("tmp/native/ruby-#{abi}-#{arch}")
   # rb-sys runs $RUBY to read RbConfig; QEMU_CPU as in bin/chroot.
-  File.write(ruby, "#!/bin/sh\nexec env QEMU_CPU=max,pauth=off chroot #{root} /usr/bin/ruby \"$@\"\n")
+  File.write(ruby, "#!/bin/sh\nexec env QEMU_CPU=max,pauth=off chroot #{root} #{info[:ruby]} \"$@\"\n")
   chmod 0o755, ruby
   config = ->(key) { `#{ruby} -rrbconfig -e 'print RbConfig::CONFIG[#{key.dump}]'` }
   version = config.call("ruby_version")
@@ -51,7 +65,29 @@ def native_build_env(platform, abi)
   # The paths it prints are inside the chroot.
   { "RUBY" => ruby,
     "RBCONFIG_rubyhdrdir" => root + config.call("rubyhdrdir"),
-    "RBCONFIG_rubyarchhdrdir" => root + config.call("rubyarchhdrdir") }
+    "RBCONFIG_rubyarchhdrdir" => root + config.call("rubyarchhdrdir") }.merge(stdckdint_env(platform))
+end
+
+# Ruby 3.4's headers, configured by forky's gcc, include C23's <stdckdint.h>
+# (its config.h says HAVE_STDCKDINT_H), which Debian 12's clang 14 (rb-sys's
+# bindgen) and gcc 12 do not have. This one defines the three macros as
+# gcc's own does and as Ruby's headers do where the file is missing: with
+# the compilers' overflow builtins.
+def stdckdint_env(platform)
+  dir = File.expand_path("tmp/native/include")
+  mkdir_p dir, verbose: false
+  File.write("#{dir}/stdckdint.h", <<~C)
+    /* Written by rakelib/native.rake: C23's <stdckdint.h> for compilers older than C23. */
+    #ifndef CIRCUIT_BREAKER_STDCKDINT_H
+    #define CIRCUIT_BREAKER_STDCKDINT_H
+    #define ckd_add(r, a, b) ((_Bool)__builtin_add_overflow((a), (b), (r)))
+    #define ckd_sub(r, a, b) ((_Bool)__builtin_sub_overflow((a), (b), (r)))
+    #define ckd_mul(r, a, b) ((_Bool)__builtin_mul_overflow((a), (b), (r)))
+    #define __STDC_VERSION_STDCKDINT_H__ 202311L
+    #endif
+  C
+  target = NATIVE_PLATFORMS.fetch(platform)[:target]
+  { "BINDGEN_EXTRA_CLANG_ARGS_#{target}" => "-I#{dir}", "CFLAGS_#{target.tr('-', '_')}" => "-I#{dir}" }
 end
 
 # Builds the library for `platform` and Ruby `abi`; returns its path.
@@ -80,9 +116,11 @@ end
 def check_glibc_floor(library)
   floor = `readelf -W --dyn-syms #{library}`.scan(/@GLIBC_([\d.]+)/).flatten.max_by { |v| Gem::Version.new(v) }
   documented = File.read(File.expand_path("../docs/install.md", __dir__))[/glibc floor is ([\d.]+)/, 1]
-  return if floor && floor == documented
+  stated = CircuitBreakerPrecompiled::GLIBC_FLOOR
+  return if floor && floor == documented && floor == stated
 
-  abort "#{library} needs glibc #{floor.inspect}; docs/install.md says #{documented.inspect}: update it"
+  abort "#{library} needs glibc #{floor.inspect}; docs/install.md says #{documented.inspect}, " \
+        "ext/circuit_breaker/precompiled.rb #{stated.inspect}: update them"
 end
 
 # The platform gem for `platform` holding `libraries` (ABI => library).
@@ -105,8 +143,9 @@ def build_native_gem(platform, libraries)
   end
   spec.files = files
   # A library loads only into the Ruby ABI it was built for. RubyGems cannot
-  # say "3.1 or 3.3", so the range spans them; on a Ruby between them the
-  # loader says which it carries (docs/install.md).
+  # say "3.1, 3.3 or 3.4", so the range spans them; on a Ruby between them
+  # (3.2) the loader says which it carries and what the source gem needs
+  # (docs/install.md).
   abis = libraries.keys.sort_by { |abi| Gem::Version.new(abi) }
   spec.required_ruby_version = [">= #{abis.first}", "< #{abis.last.succ}.dev"]
   file = Dir.chdir(stage) { Gem::Package.build(spec) }
