@@ -6,9 +6,10 @@ begin
   # mysql2 is required by its context, just before it is used (see there).
   gem "mysql2" if defined?(Gem)
 rescue LoadError => e # Gem::LoadError too
-  # bin/test installs ActiveRecord, pg and mysql2; a bare `rspec` says what is missing.
+  # bin/test installs ActiveRecord, pg and mysql2 (spec/support/debian_packages.rb).
+  reason = DebianPackages.load_error_reason(e, "ruby-activerecord", "ruby-pg", "ruby-mysql2")
   RSpec.describe "CircuitBreaker::Adapters::ActiveRecord" do
-    it("runs against PostgreSQL and MariaDB") { skip "#{e.message} (bin/test installs it)" }
+    it("runs against PostgreSQL and MariaDB") { skip reason }
   end
   return
 end

@@ -4,9 +4,10 @@ require "socket"
 begin
   require "circuit_breaker/grpc"
 rescue LoadError => e
-  # bin/test installs ruby-grpc; a bare `rspec` says what is missing.
+  # bin/test installs ruby-grpc (spec/support/debian_packages.rb).
+  reason = DebianPackages.load_error_reason(e, "ruby-grpc")
   RSpec.describe "CircuitBreaker::Adapters::GRPC" do
-    it("protects calls to a real gRPC server") { skip "#{e.message} (bin/test installs it)" }
+    it("protects calls to a real gRPC server") { skip reason }
   end
   return
 end

@@ -83,6 +83,10 @@ RSpec.describe "the Ruby blocks of README.md and docs/", :integration do
         if block[:code].include?('require "async"') && !FiberSchedulers.async?
           skip "the async gem cannot be loaded here: #{FiberSchedulers.async_error}"
         end
+        # The packages of the adapters' examples (spec/support/debian_packages.rb).
+        { /adapter: "postgresql"/ => %w[ruby-pg], /adapter: "mysql2"/ => %w[ruby-mysql2],
+          %r{circuit_breaker/sidekiq} => %w[ruby-sidekiq ruby-json], %r{circuit_breaker/grpc} => %w[ruby-grpc] }
+          .each { |code, packages| DebianPackages.skip_unless_usable(self, *packages) if block[:code].match?(code) }
         out, status = run_ruby(block[:code], lib)
 
         expect(status).to be_success, "#{where} failed:\n#{out}"

@@ -113,6 +113,8 @@ RSpec.describe "a Puma cluster (spec/fixtures/puma_app)", :integration, :shared_
   end
 
   before(:all) do
+    # Puma's HTTP parser is a C extension (spec/support/debian_packages.rb).
+    DebianPackages.skip_unless_usable(self, "puma")
     @seen = {}
     status = [200]
     upstream = start_upstream(status)

@@ -14,6 +14,8 @@ RSpec.describe "a Rails app", :integration do
   app = File.join(root, "spec/fixtures/rails_app")
 
   before(:all) do
+    # Rails's HTML sanitizer loads nokogiri (spec/support/debian_packages.rb).
+    DebianPackages.skip_unless_usable(self, "ruby-nokogiri")
     # Healthy throughout (scale): /api/orders answers 200; /status/CODE answers CODE.
     @upstream = CircuitBreaker::Examples::FlakyUpstream.start(scale: 1000, stop_after: 600)
   end

@@ -82,7 +82,9 @@ RSpec.describe "sig/ (RBS signatures)", :integration do
           begin
             require adapter # the adapter's library (bin/test installs it)
           rescue LoadError => e
-            skip "#{adapter}: #{e.message}"
+            packages = { "sidekiq" => %w[ruby-sidekiq ruby-json], "grpc" => %w[ruby-grpc], "redis" => %w[ruby-redis],
+                         "active_record" => %w[ruby-activerecord] }.fetch(File.basename(adapter), [])
+            skip "#{adapter}: #{DebianPackages.load_error_reason(e, *packages)}"
           end
         end
       end

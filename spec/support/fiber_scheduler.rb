@@ -34,7 +34,8 @@ module FiberSchedulers
       require "async"
       nil
     rescue LoadError => e
-      "#{e.class}: #{e.message}"
+      # async 2 needs io-event, a C extension (spec/support/debian_packages.rb).
+      DebianPackages.load_error_reason(e, "ruby-async", "ruby-io-event")
     end
   end
 
