@@ -1,5 +1,7 @@
 //! The lock of a record in this process's memory: one 32-bit word, used as
-//! a `lock_api::RawMutex` (docs/choices.md, "The heap record's lock").
+//! a `lock_api::RawMutex` and `RawMutexTimed`, so that its holders get it
+//! only through `lock_api::Mutex` and its guard (docs/choices.md, "The heap
+//! record's lock").
 //!
 //! The word is 0 when free; a holder writes `tag << 1`, where `tag` names
 //! its process by fork count (1 + [`forks`], kept within 30 bits), and a
@@ -7,46 +9,53 @@
 //! - taking is one compare-and-swap; giving back is one swap, whose old
 //!   value shows whether a waiter sleeps on the word (then one is woken);
 //! - waiters sleep on the word itself (a futex on Linux, short naps
-//!   elsewhere), in slices, never in a process-global table that a fork
-//!   could leave locked;
+//!   elsewhere), in slices of at most [`SLICE`], never in a process-global
+//!   table that a fork could leave locked;
 //! - a forked child inherits the word but not the parent's other threads:
 //!   a word whose tag is not this process's was left by a thread of an
-//!   ancestor, which will never give it back, so it is taken over, and the
-//!   taker is told ([`Taken::over`]) so that the record, which that thread
-//!   may have left half-changed, is repaired.
+//!   ancestor, which will never give it back, so taking it takes it over.
+//!   What that thread guarded may be half-changed. lock_api's `try_lock`
+//!   answers only yes or no, so the lock does not say so: a takeover
+//!   happens only at a forked child's first use, which the record notices
+//!   by its fork count, and repairs (`HeapRecord::after_forks`).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FORKS: AtomicU64 = AtomicU64::new(0);
 
+#[cfg(not(miri))]
 extern "C" fn count_fork_in_child() {
-    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// How many times this process is a fork of its ancestors' records.
 pub(crate) fn forks() -> u64 {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    // SAFETY: registers a handler that only bumps an atomic counter, which
-    // is async-signal-safe as a child handler of fork must be.
-    HOOK.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(count_fork_in_child));
-    });
-    FORKS.load(std::sync::atomic::Ordering::Relaxed)
+    // Miri runs no fork and has no pthread_atfork.
+    #[cfg(not(miri))]
+    {
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a handler that only bumps an atomic counter,
+        // which is async-signal-safe as a child handler of fork must be.
+        HOOK.call_once(|| unsafe {
+            libc::pthread_atfork(None, None, Some(count_fork_in_child));
+        });
+    }
+    FORKS.load(Ordering::Relaxed)
+}
+
+/// [`forks`] for a record's lock: the record's creation called [`forks`],
+/// which put the fork hook in place, so one load does.
+#[inline]
+pub(crate) fn forks_hooked() -> u64 {
+    FORKS.load(Ordering::Relaxed)
 }
 
 /// Bit 0 of the word: a waiter sleeps on it.
 const PARKED: u32 = 1;
 
-/// How a lock was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Taken {
-    /// From a thread of an ancestor process (see the module doc): what it
-    /// guarded may be half-changed.
-    pub over: bool,
-    /// This process's fork count ([`forks`]), read once for the taker.
-    pub forks: u64,
-}
+/// The longest a waiter sleeps before it looks at the word again.
+pub const SLICE: Duration = Duration::from_millis(1);
 
 /// The raw lock: the word and its rules. Used through
 /// `lock_api::Mutex<HeapLock, T>` and its guard, which unlock on drop.
@@ -61,57 +70,43 @@ fn tag(forks: u64) -> u32 {
 }
 
 impl HeapLock {
-    /// Takes the lock if it is free now, or held by an ancestor's thread.
+    /// Takes the lock if it is free now, or held by an ancestor's thread,
+    /// leaving `mark` in the word: a waiter that slept takes it marked,
+    /// since others may sleep too and its release must wake the next.
     #[inline]
-    pub fn try_take(&self) -> Option<Taken> {
-        self.try_take_marked(0)
-    }
-
-    /// [`HeapLock::try_take`], leaving `mark` in the word: a waiter that
-    /// slept takes it marked, since others may sleep too and its release
-    /// must wake the next.
-    #[inline]
-    fn try_take_marked(&self, mark: u32) -> Option<Taken> {
-        let forks = forks();
-        let mine = tag(forks) << 1 | mark;
+    fn take_marked(&self, mark: u32) -> bool {
+        let mine = tag(forks()) << 1 | mark;
         match self.0.compare_exchange(0, mine, Ordering::Acquire, Ordering::Relaxed) {
-            Ok(_) => Some(Taken { over: false, forks }),
+            Ok(_) => true,
             // Held in an ancestor process: nobody here will give it back. A
             // sleeper's mark is kept, so the taker's release wakes it.
-            Err(held) if held >> 1 != mine >> 1 => self
-                .0
-                .compare_exchange(held, mine | (held & PARKED), Ordering::Acquire, Ordering::Relaxed)
-                .ok()
-                .map(|_| Taken { over: true, forks }),
-            Err(_) => None,
+            Err(held) if held >> 1 != mine >> 1 => {
+                self.0.compare_exchange(held, mine | (held & PARKED), Ordering::Acquire, Ordering::Relaxed).is_ok()
+            }
+            Err(_) => false,
         }
     }
 
-    /// Waits for the lock until `deadline` (None: for good) or until `stop`
-    /// is set by another thread: spins briefly, then sleeps on the word in
-    /// slices of at most a millisecond, checking both between slices.
-    pub fn take_within(&self, deadline: Option<Instant>, stop: &AtomicBool) -> Option<Taken> {
+    /// Waits for the lock until `deadline` (None: for good): spins
+    /// briefly, then sleeps on the word in slices of at most [`SLICE`].
+    fn take_until(&self, deadline: Option<Instant>) -> bool {
         const SPINS: u32 = 100;
-        const SLICE: Duration = Duration::from_millis(1);
         for _ in 0..SPINS {
-            if let Some(t) = self.try_take() {
-                return Some(t);
+            if self.take_marked(0) {
+                return true;
             }
             std::hint::spin_loop();
         }
         let mut mark = 0;
         loop {
-            if let Some(t) = self.try_take_marked(mark) {
-                return Some(t);
-            }
-            if stop.load(Ordering::Acquire) {
-                return None;
+            if self.take_marked(mark) {
+                return true;
             }
             let slice = match deadline {
                 None => SLICE,
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => left.min(SLICE),
-                    _ => return None,
+                    _ => return false,
                 },
             };
             let held = self.0.load(Ordering::Relaxed);
@@ -128,20 +123,9 @@ impl HeapLock {
             }
         }
     }
-
-    /// Gives the lock back, waking one sleeper if the word says one sleeps.
-    ///
-    /// # Safety
-    /// The lock is held by the caller (in this process).
-    #[inline]
-    pub unsafe fn give_back(&self) {
-        if self.0.swap(0, Ordering::Release) & PARKED != 0 {
-            sys::wake_one(&self.0);
-        }
-    }
 }
 
-// SAFETY: `try_take` hands the lock to one holder at a time (Acquire on
+// SAFETY: `take_marked` hands the lock to one holder at a time (Acquire on
 // taking, Release on giving back); `unlock` is only called by the holder, as
 // lock_api's guard guarantees.
 unsafe impl lock_api::RawMutex for HeapLock {
@@ -150,23 +134,41 @@ unsafe impl lock_api::RawMutex for HeapLock {
     type GuardMarker = lock_api::GuardSend;
 
     fn lock(&self) {
-        let never = AtomicBool::new(false);
-        while self.take_within(None, &never).is_none() {}
+        self.take_until(None);
     }
 
     #[inline]
     fn try_lock(&self) -> bool {
-        self.try_take().is_some()
+        self.take_marked(0)
     }
 
+    /// Gives the lock back, waking one sleeper if the word says one sleeps.
     #[inline]
     unsafe fn unlock(&self) {
-        // SAFETY: lock_api calls this only for a lock the caller holds.
-        unsafe { self.give_back() }
+        if self.0.swap(0, Ordering::Release) & PARKED != 0 {
+            sys::wake_one(&self.0);
+        }
     }
 
     fn is_locked(&self) -> bool {
         self.0.load(Ordering::Relaxed) != 0
+    }
+}
+
+// SAFETY: as for RawMutex: a timed take is the same compare-and-swap,
+// retried until the deadline.
+unsafe impl lock_api::RawMutexTimed for HeapLock {
+    type Duration = Duration;
+    type Instant = Instant;
+
+    /// Waits up to `timeout` (one past `Instant`'s range: for good).
+    fn try_lock_for(&self, timeout: Duration) -> bool {
+        self.take_until(Instant::now().checked_add(timeout))
+    }
+
+    #[inline]
+    fn try_lock_until(&self, deadline: Instant) -> bool {
+        self.take_until(Some(deadline))
     }
 }
 
@@ -221,6 +223,7 @@ mod sys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lock_api::{RawMutex, RawMutexTimed};
     use std::sync::Arc;
 
     type Mutex<T> = lock_api::Mutex<HeapLock, T>;
@@ -228,7 +231,8 @@ mod tests {
     #[test]
     fn threads_hammering_one_lock_lose_no_count() {
         const THREADS: usize = 4;
-        const EACH: u64 = 200_000;
+        // Miri runs a few hundred steps a second.
+        const EACH: u64 = if cfg!(miri) { 200 } else { 200_000 };
         let counter = Arc::new(Mutex::new(0u64));
         let threads: Vec<_> = (0..THREADS)
             .map(|_| {
@@ -250,44 +254,71 @@ mod tests {
     }
 
     #[test]
+    fn threads_taking_it_in_timed_slices_lose_no_count() {
+        const THREADS: usize = 3;
+        const EACH: u64 = if cfg!(miri) { 100 } else { 50_000 };
+        let counter = Arc::new(Mutex::new(0u64));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let counter = Arc::clone(&counter);
+                std::thread::spawn(move || {
+                    for _ in 0..EACH {
+                        let mut n = loop {
+                            if let Some(n) = counter.try_lock_for(SLICE) {
+                                break n;
+                            }
+                        };
+                        *n = std::hint::black_box(*n) + 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*counter.lock(), THREADS as u64 * EACH);
+    }
+
+    #[test]
     fn a_sleeping_waiter_is_woken_by_the_release() {
-        let lock = Arc::new(HeapLock::default());
-        assert_eq!(lock.try_take(), Some(Taken { over: false, forks: forks() }));
+        let lock = Arc::new(HeapLock::INIT);
+        assert!(lock.try_lock());
         let waiter = {
             let lock = Arc::clone(&lock);
-            std::thread::spawn(move || {
-                let never = AtomicBool::new(false);
-                let deadline = Instant::now() + Duration::from_secs(60);
-                lock.take_within(Some(deadline), &never)
-            })
+            std::thread::spawn(move || lock.try_lock_for(Duration::from_secs(60)))
         };
         // Until the waiter has marked the word, it has not gone to sleep.
         while lock.0.load(Ordering::Relaxed) & PARKED == 0 {
             std::thread::yield_now();
         }
         // SAFETY: taken above by this thread.
-        unsafe { lock.give_back() };
-        assert_eq!(waiter.join().unwrap(), Some(Taken { over: false, forks: forks() }));
+        unsafe { lock.unlock() };
+        assert!(waiter.join().unwrap());
         assert_ne!(lock.0.load(Ordering::Relaxed) & !PARKED, 0, "held by the waiter");
     }
 
     #[test]
-    fn a_wait_ends_at_its_deadline_or_when_stopped() {
-        let lock = HeapLock::default();
-        assert!(lock.try_take().is_some());
-        let stop = AtomicBool::new(false);
-        assert_eq!(lock.take_within(Some(Instant::now() + Duration::from_millis(3)), &stop), None);
-        stop.store(true, Ordering::Release);
-        assert_eq!(lock.take_within(None, &stop), None, "stop ends a wait without deadline");
+    fn a_timed_take_ends_at_its_deadline() {
+        let lock = HeapLock::INIT;
+        assert!(lock.try_lock());
+        assert!(!lock.try_lock_until(Instant::now() + Duration::from_millis(3)));
+        assert!(!lock.try_lock_for(Duration::ZERO));
+        let gone = Instant::now().checked_sub(Duration::from_millis(1)).unwrap_or_else(Instant::now);
+        assert!(!lock.try_lock_until(gone), "a deadline gone by");
+        // SAFETY: taken above by this thread.
+        unsafe { lock.unlock() };
+        assert!(lock.try_lock_until(Instant::now()), "a free lock is taken whatever the deadline");
     }
 
     #[test]
-    fn a_word_left_by_an_ancestor_is_taken_over_and_says_so() {
-        let lock = HeapLock::default();
+    fn a_word_left_by_an_ancestor_is_taken_over() {
+        let lock = HeapLock::INIT;
         // A tag of another process (this one's, plus one), with a sleeper.
         lock.0.store(((tag(forks()) + 1) << 1) | PARKED, Ordering::Relaxed);
-        assert_eq!(lock.try_take(), Some(Taken { over: true, forks: forks() }));
+        assert!(lock.is_locked());
+        assert!(lock.try_lock());
         assert_eq!(lock.0.load(Ordering::Relaxed), (tag(forks()) << 1) | PARKED, "the sleeper's mark is kept");
-        assert_eq!(lock.try_take(), None, "held by this process now");
+        assert!(!lock.try_lock(), "held by this process now");
+        assert!(!lock.try_lock_for(Duration::from_millis(1)));
     }
 }

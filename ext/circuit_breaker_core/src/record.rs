@@ -154,15 +154,19 @@ impl HeapRecord {
     }
 
     /// In a forked child, on the first use since the fork (`forks` is the
-    /// process's count now): frees what the parent's other threads held
-    /// (`Breaker::after_fork`). A fleet breaker's child is a new host: its
-    /// window starts empty, so the parent's calls, which the parent
-    /// reports, are never reported twice (docs/fleet.md, "Processes").
+    /// process's count now): repairs what a thread of the parent may have
+    /// left half-changed (one held the lock at the fork: its lock word is
+    /// taken over by this first use, heap_lock.rs), and frees what the
+    /// parent's other threads held (`Breaker::after_fork`). A fleet
+    /// breaker's child is a new host: its window starts empty, so the
+    /// parent's calls, which the parent reports, are never reported twice
+    /// (docs/fleet.md, "Processes").
     #[inline]
     pub fn after_forks(&mut self, forks: u64) {
         if forks != self.forks_seen {
             self.forks_seen = forks;
             let r = self.record_mut();
+            r.repair();
             r.breaker.after_fork();
             if r.breaker.fleet_attached() {
                 r.window.reset();

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::breaker::{Decision, Permit};
 use crate::clock::Nanos;
 use crate::config::ConfigError;
-use crate::heap_lock::{HeapLock, Taken};
+use crate::heap_lock::{forks_hooked, HeapLock, SLICE};
 use crate::record::{HeapRecord, Record};
 use crate::state::State;
 use crate::window::WindowSpec;
@@ -114,9 +114,12 @@ pub trait Store {
 /// I/O): it is a word of its own ([`HeapLock`], a `lock_api::RawMutex`),
 /// taken with one compare-and-swap and given back with one swap, whose
 /// waiters sleep on the word itself (docs/choices.md, "The heap record's
-/// lock"). Its word names the process that took it, so a lock a parent's
-/// thread held when this process was forked is taken over here, and the
-/// record, which that thread may have left half-changed, is repaired.
+/// lock"), and the store takes it only through `lock_api::Mutex`. Its word
+/// names the process that took it, so a lock a parent's thread held when
+/// this process was forked is taken over here. That happens only at this
+/// process's first use of the record, which the record notices by its fork
+/// count: it then repairs what that thread may have left half-changed
+/// ([`HeapRecord::after_forks`]).
 pub struct HeapStore {
     record: lock_api::Mutex<HeapLock, HeapRecord>,
     published: Published,
@@ -132,26 +135,12 @@ impl HeapStore {
         Ok(Self { record: lock_api::Mutex::new(HeapRecord::new(spec, seed)?), published: Published::default() })
     }
 
-    /// The guard of a lock `taken` by this thread: a record left by an
-    /// ancestor's thread is repaired, and a forked child's first use frees
-    /// what its parent's other threads held.
+    /// The guard of a lock just taken: a forked child's first use repairs
+    /// the record and frees what its parent's other threads held.
     #[inline]
-    fn held(&self, taken: Taken) -> HeapGuard<'_> {
-        // SAFETY: `taken` says this thread holds the lock.
-        let mut guard = HeapGuard(unsafe { self.record.make_guard_unchecked() });
-        if taken.over {
-            guard.0.record_mut().repair();
-        }
-        guard.0.after_forks(taken.forks);
-        guard
-    }
-
-    /// The raw lock.
-    #[inline]
-    fn lock(&self) -> &HeapLock {
-        // SAFETY: only taken through `try_take`/`take_within` and turned
-        // into a guard by `held`, which gives it back on drop.
-        unsafe { self.record.raw() }
+    fn held(mut guard: lock_api::MutexGuard<'_, HeapLock, HeapRecord>) -> HeapGuard<'_> {
+        guard.after_forks(forks_hooked());
+        HeapGuard(guard)
     }
 }
 
@@ -175,12 +164,32 @@ impl Store for HeapStore {
 
     #[inline]
     fn try_lock(&self) -> io::Result<Option<HeapGuard<'_>>> {
-        Ok(self.lock().try_take().map(|t| self.held(t)))
+        Ok(self.record.try_lock().map(Self::held))
     }
 
+    /// Waits in slices of at most [`SLICE`] (`try_lock_until`), checking
+    /// `stop` between them.
     fn lock_within(&self, wait: Nanos, stop: &AtomicBool) -> io::Result<Option<HeapGuard<'_>>> {
+        if let Some(guard) = self.record.try_lock() {
+            return Ok(Some(Self::held(guard)));
+        }
+        // None: past `Instant`'s range, for good.
         let deadline = Instant::now().checked_add(Duration::from_nanos(wait.max(0) as u64));
-        Ok(self.lock().take_within(deadline, stop).map(|t| self.held(t)))
+        loop {
+            if stop.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+            let now = Instant::now();
+            let slice_end = now.checked_add(SLICE).unwrap_or(now);
+            let until = match deadline {
+                Some(d) if d <= now => return Ok(None),
+                Some(d) => d.min(slice_end),
+                None => slice_end,
+            };
+            if let Some(guard) = self.record.try_lock_until(until) {
+                return Ok(Some(Self::held(guard)));
+            }
+        }
     }
 
     #[inline]
