@@ -31,6 +31,7 @@ Gem::Specification.new do |spec|
     "ext/circuit_breaker/extconf.rb",
     "ext/circuit_breaker/precompiled.rb", # what the platform gems carry (extconf.rb names them)
     "ext/*/Cargo.toml",
+    "ext/*/build.rs",
     "ext/*/src/**/*.rs",
     "docs/*.md",
   ] + %w[Cargo.toml Cargo.lock README.md CHANGELOG.md LICENSE circuit_breaker.gemspec]

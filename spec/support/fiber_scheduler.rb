@@ -168,18 +168,33 @@ module FiberSchedulers
   end
 
   # Ruby 3.4's hook for native code that may block: the work runs on a
-  # thread of its own, and the fiber waits for it like for any thread.
+  # thread of its own, and the fiber waits for it like for any thread. A
+  # fiber that leaves early (Timeout, Fiber#raise) first stops the work
+  # (Thread#kill reaches the work's unblock function) and waits for its
+  # end: Ruby 3.4 keeps what the offloaded call reports back in the fiber's
+  # frames, which must outlive it (docs/fibers.md).
   class OffloadingScheduler < MinimalScheduler
-    attr_reader :offloaded
+    # The threads the work ran on.
+    attr_reader :threads
 
     def initialize
       super
-      @offloaded = 0
+      @threads = []
+    end
+
+    def offloaded
+      @threads.size
     end
 
     def blocking_operation_wait(work)
-      @offloaded += 1
-      Thread.new(&work).join
+      thread = Thread.new(&work)
+      @threads << thread
+      thread.join
+    ensure
+      if thread&.alive?
+        thread.kill
+        thread.join
+      end
     end
   end
 

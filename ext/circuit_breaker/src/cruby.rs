@@ -10,7 +10,7 @@ use magnus::typed_data::Obj;
 use magnus::value::{Id, ReprValue};
 use magnus::Class;
 use magnus::{Error, Exception, ExceptionClass, RClass, Ruby, TypedData, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// How Ruby tells a thread waiting without the GVL that it wants it back.
 /// `unblock` may run on any thread, without the GVL: it must only touch
@@ -26,45 +26,141 @@ impl Unblock for AtomicBool {
     }
 }
 
-/// Runs `f` without the GVL, so the process's other threads, `Timeout` and
-/// signal handlers keep running while it waits. When Ruby wants this thread
-/// back (`Thread#raise`, `Thread#kill`, `Timeout`, a signal) it calls
-/// `stop.unblock()`, which `f` must notice, and returns soon after. Interrupts are not handled
-/// here (`rb_thread_call_without_gvl2`): whatever `f` returns (a lock guard)
-/// reaches the caller, which checks interrupts when it is safe to raise.
-/// None: Ruby had an interrupt pending and did not call `f`.
-pub fn without_gvl<F: FnOnce() -> R, R, S: Unblock>(f: F, stop: &S) -> Option<R> {
-    struct Call<F, R> {
-        f: Option<F>,
-        out: Option<R>,
+/// `rb_nogvl`'s flags for every wait: `RB_NOGVL_INTR_FAIL` (as
+/// `rb_thread_call_without_gvl2`: an interrupt pending when the wait would
+/// start skips it, and none is raised here) and, where the Ruby built
+/// against has it (3.4), `RB_NOGVL_OFFLOAD_SAFE`: under a fiber scheduler
+/// that implements `blocking_operation_wait`, the wait may run on another
+/// thread while the reactor's other fibers run (docs/fibers.md).
+#[cfg(ruby_gte_3_4)]
+const NOGVL_FLAGS: std::ffi::c_int = (rb_sys::RB_NOGVL_INTR_FAIL | rb_sys::RB_NOGVL_OFFLOAD_SAFE) as std::ffi::c_int;
+#[cfg(not(ruby_gte_3_4))]
+const NOGVL_FLAGS: std::ffi::c_int = rb_sys::RB_NOGVL_INTR_FAIL as std::ffi::c_int;
+
+// The states of a [`Wait`]: not started, running, finished, or given up
+// by its caller before it started (then it never runs).
+const PENDING: u8 = 0;
+const RUNNING: u8 = 1;
+const DONE: u8 = 2;
+const CANCELLED: u8 = 3;
+
+/// What a wait shares with whichever thread runs it (this one, or one a
+/// fiber scheduler offloaded it to) and with Ruby's unblocking function:
+/// on the heap, never on the caller's stack, which an interrupted fiber
+/// leaves while the other thread may still read its state or be asked to
+/// stop.
+struct Wait<S> {
+    state: AtomicU8,
+    stop: S,
+    /// The caller's [`Slot`]: touched only while the state is RUNNING,
+    /// and the caller does not return while it is (see [`without_gvl`]).
+    slot: *mut c_void,
+    run: unsafe fn(*mut c_void, &S),
+}
+
+/// The closure and its result, on the caller's stack.
+struct Slot<F, R> {
+    f: Option<F>,
+    out: Option<R>,
+}
+
+/// # Safety
+/// `slot` is the `Slot<F, R>` of a live [`without_gvl`] call whose state
+/// this thread moved to RUNNING.
+unsafe fn run_slot<F: FnOnce(&S) -> R, R, S>(slot: *mut c_void, stop: &S) {
+    // SAFETY: see the function's contract: nothing else touches the slot
+    // while the wait is RUNNING.
+    let slot = unsafe { &mut *(slot as *mut Slot<F, R>) };
+    if let Some(f) = slot.f.take() {
+        slot.out = Some(f(stop));
     }
-    unsafe extern "C" fn run<F: FnOnce() -> R, R>(data: *mut c_void) -> *mut c_void {
-        // SAFETY: `data` is the `Call` on the stack of `without_gvl`, which
-        // waits for this function to return.
-        let call = unsafe { &mut *(data as *mut Call<F, R>) };
-        if let Some(f) = call.f.take() {
-            call.out = Some(f());
+}
+
+/// Runs `f` without the GVL, so the process's other threads, `Timeout` and
+/// signal handlers keep running while it waits; under a fiber scheduler
+/// with `blocking_operation_wait`, when built for Ruby 3.4 or later
+/// ([`NOGVL_FLAGS`]), on a thread the scheduler picks, while the reactor's
+/// other fibers run. When Ruby
+/// wants the waiting thread back (`Thread#raise`, `Thread#kill`, `Timeout`,
+/// a signal) it calls `stop.unblock()`, which `f` must notice (it gets
+/// `stop`), and returns soon after. Interrupts are not raised here:
+/// whatever `f` returns (a lock guard's outcome) reaches the caller, which
+/// checks interrupts when it is safe to raise.
+///
+/// Ok(None): `f` did not run (Ruby had an interrupt pending).
+/// Err: the scheduler raised into the waiting fiber (an async timeout, a
+/// `Fiber#raise`) while the wait ran elsewhere: `f` was told to stop and
+/// has returned, and the caller raises the error once its Rust frames are
+/// gone. `f` has always finished, or will never start, when this returns,
+/// so it may borrow from the caller's stack.
+pub fn without_gvl<F, R, S>(f: F, stop: S) -> Result<Option<R>, Error>
+where
+    F: FnOnce(&S) -> R + Send,
+    R: Send,
+    S: Unblock + Send + 'static,
+{
+    unsafe extern "C" fn run<S>(data: *mut c_void) -> *mut c_void {
+        // SAFETY: `data` is a `Wait<S>` that stays allocated while any
+        // thread may run this (freed only once the wait is over, or never).
+        let wait = unsafe { &*(data as *const Wait<S>) };
+        if wait.state.compare_exchange(PENDING, RUNNING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            // SAFETY: RUNNING: the caller keeps the slot alive and away.
+            unsafe { (wait.run)(wait.slot, &wait.stop) };
+            wait.state.store(DONE, Ordering::Release);
         }
         std::ptr::null_mut()
     }
     unsafe extern "C" fn unblock<S: Unblock>(data: *mut c_void) {
-        // SAFETY: `data` is `stop`, alive until `without_gvl` returns.
-        let stop = unsafe { &*(data as *const S) };
-        stop.unblock();
+        // SAFETY: as in `run`: the `Wait<S>` outlives every call.
+        let wait = unsafe { &*(data as *const Wait<S>) };
+        wait.stop.unblock();
     }
-    let mut call = Call { f: Some(f), out: None };
-    // SAFETY: both functions follow the contract of rb_thread_call_without_gvl2:
-    // `run` touches no Ruby object, `unblock` only atomics (`Unblock`); both
-    // pointers outlive the call.
-    unsafe {
-        rb_sys::rb_thread_call_without_gvl2(
-            Some(run::<F, R>),
-            &mut call as *mut Call<F, R> as *mut c_void,
-            Some(unblock::<S>),
-            stop as *const S as *mut c_void,
-        );
+    let mut slot = Slot { f: Some(f), out: None };
+    let wait = Box::into_raw(Box::new(Wait {
+        state: AtomicU8::new(PENDING),
+        stop,
+        slot: &mut slot as *mut Slot<F, R> as *mut c_void,
+        run: run_slot::<F, R, S>,
+    }));
+    let data = wait as *mut c_void;
+    // Under a scheduler, rb_nogvl calls its `blocking_operation_wait`, Ruby
+    // code that may raise: caught here, raised by the caller once Rust is
+    // done. Nothing with a destructor lives in this closure's frame.
+    let outcome = magnus::rb_sys::protect(|| {
+        // SAFETY: `run` touches no Ruby object and `unblock` only the
+        // stop (`Unblock`: atomics, an unpark); `data` outlives both.
+        unsafe { rb_sys::rb_nogvl(Some(run::<S>), data, Some(unblock::<S>), data, NOGVL_FLAGS) };
+        rb_sys::Qnil as Raw
+    });
+    // SAFETY: `wait` is freed below only.
+    let shared = unsafe { &*wait };
+    let mut left_running = false;
+    if shared.state.compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire) == Err(RUNNING) {
+        // Offloaded and still running (the fiber was interrupted): stop it
+        // and let it finish, so the slot it writes stays this frame's. It
+        // notices within a slice of its wait (a millisecond or so).
+        left_running = true;
+        shared.stop.unblock();
+        while shared.state.load(Ordering::Acquire) == RUNNING {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
     }
-    call.out
+    match outcome {
+        Ok(_) if !left_running => {
+            // The wait is over wherever it ran (rb_nogvl returned, or the
+            // scheduler's thread did): nobody reads `wait` any more.
+            // SAFETY: allocated above by Box::into_raw, freed once.
+            drop(unsafe { Box::from_raw(wait) });
+            Ok(slot.out)
+        }
+        // Left early (the scheduler raised, or returned while the wait ran):
+        // the thread it was offloaded to may still call `run` or `unblock`
+        // with `wait` until its own rb_nogvl returns, which nothing
+        // reports, so the few words of `wait` stay allocated (one per
+        // interrupted offloaded wait); `f` has ended or will never start.
+        Ok(_) => Ok(slot.out),
+        Err(e) => Err(e),
+    }
 }
 
 /// How a block left [`yield_block`] other than by returning.

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::Thread;
 
 use circuit_breaker_core::wake::{wait_timeout, Wake};
@@ -18,17 +18,23 @@ use crate::{args, errors};
 pub struct Waker(pub Arc<Wake>, Mutex<HashMap<String, Weak<()>>>);
 
 /// Ruby wants the waiting syncer back (`Thread#kill`, a signal): the flag,
-/// and an unpark so the wait notices at once.
-struct Stop<'a> {
+/// and an unpark of the thread that waits (the syncer's own; a scheduler's
+/// were the wait offloaded, docs/fibers.md) so the wait notices at once.
+struct Stop {
     flag: AtomicBool,
-    thread: Thread,
-    wake: &'a Wake,
+    waiter: OnceLock<Thread>,
+    wake: Arc<Wake>,
 }
 
-impl Unblock for Stop<'_> {
+impl Unblock for Stop {
     fn unblock(&self) {
         self.flag.unblock();
-        self.wake.interrupt(&self.thread);
+        // Against the wait's own fence: either it sees the flag, or this
+        // sees its thread.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.waiter.get() {
+            self.wake.interrupt(thread);
+        }
     }
 }
 
@@ -58,9 +64,17 @@ impl Waker {
         let secs = args::float(ruby, "timeout", timeout)?;
         let timeout = wait_timeout(secs).map_err(|e| errors::config_error_given(ruby, e, |_| Some(timeout)))?;
         let wake = &rb_self.0;
-        wake.register();
-        let stop = Stop { flag: AtomicBool::new(false), thread: std::thread::current(), wake };
-        let woken = cruby::without_gvl(|| wake.wait(timeout, &stop.flag), &stop);
+        let stop = Stop { flag: AtomicBool::new(false), waiter: OnceLock::new(), wake: wake.clone() };
+        // Registered on the thread that waits, which the flag is read after.
+        let woken = cruby::without_gvl(
+            |stop: &Stop| {
+                let _ = stop.waiter.set(std::thread::current());
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                wake.register();
+                wake.wait(timeout, &stop.flag)
+            },
+            stop,
+        )?;
         ruby.thread_check_ints()?;
         Ok(woken.unwrap_or(false))
     }

@@ -37,9 +37,11 @@ const STUCK_WAIT: Nanos = 1_000_000;
 pub enum Blocked {
     /// The lock stayed busy for the whole wait (a stuck holder).
     Busy,
-    /// Ruby wants the waiting thread back (`Thread#raise`, `Timeout`, a
-    /// signal): the caller checks interrupts when it may raise.
-    Interrupted,
+    /// Ruby wanted the waiting thread back with this exception
+    /// (`Thread#raise`, `Timeout`, a signal handler's, or a fiber
+    /// scheduler's raised into the waiting fiber while the wait ran on
+    /// another thread, docs/fibers.md): raised once Rust returns.
+    Interrupted(Error),
     /// The lock is broken (not a dead owner, which is recovered).
     Failed(std::io::Error),
 }
@@ -49,11 +51,12 @@ impl Blocked {
     pub fn into_error(self, ruby: &Ruby, record: &LockedRecord) -> Error {
         let path = record.path().map(|p| p.display().to_string()).unwrap_or_default();
         match self {
-            Blocked::Busy | Blocked::Interrupted => Error::new(
+            Blocked::Busy => Error::new(
                 ruby.get_inner(&crate::errors::LOCK_TIMEOUT_ERROR),
                 format!("the shared lock of {path} stayed busy (a process holding it is stopped or frozen); try again later"),
             ),
             Blocked::Failed(e) => crate::errors::system_error(ruby, &format!("shared lock of {path}"), e),
+            Blocked::Interrupted(e) => e,
         }
     }
 }
@@ -146,8 +149,10 @@ impl LockedRecord {
             // Opening may wait for another process (docs/shared.md): never
             // with the GVL, so this process's other threads, `Timeout` and
             // signals run meanwhile.
-            let stop = AtomicBool::new(false);
-            let opened = crate::cruby::without_gvl(|| MappedRecord::open(&key, &path, seed, &stop), &stop);
+            let opened = crate::cruby::without_gvl(
+                |stop: &AtomicBool| MappedRecord::open(&key, &path, seed, stop),
+                AtomicBool::new(false),
+            )?;
             match opened {
                 Some(Ok(record)) => {
                     return Ok(Self::with_store(Place::Mapped { record, path }, self.spec, self.own_clock.clone()))
@@ -257,16 +262,32 @@ impl LockedRecord {
         let deadline = clock.now().saturating_add(wait);
         loop {
             let left = deadline.saturating_sub(clock.now());
-            let stop = AtomicBool::new(false);
-            let freed = crate::cruby::without_gvl(|| store.lock_within(left, &stop).map(|g| g.is_some()), &stop);
+            // (freed, stopped): whether the lock came free, and whether Ruby
+            // asked for the thread back meanwhile.
+            let freed = crate::cruby::without_gvl(
+                |stop: &AtomicBool| (store.lock_within(left, stop).map(|g| g.is_some()), stop.load(Ordering::Acquire)),
+                AtomicBool::new(false),
+            );
             match freed {
-                Some(Ok(true)) => {}
-                Some(Ok(false)) if !stop.load(Ordering::Acquire) => {
+                Ok(Some((Ok(true), _))) => {}
+                Ok(Some((Ok(false), false))) => {
                     self.stuck.store(true, Ordering::Relaxed);
                     return Err(Blocked::Busy);
                 }
-                Some(Ok(false)) | None => return Err(Blocked::Interrupted),
-                Some(Err(e)) => return Err(Blocked::Failed(e)),
+                // Ruby asked for the thread back, or had an interrupt
+                // pending and did not wait: its exception is taken here
+                // (left pending, it would fire while a lock error is
+                // built, which aborted the process), and an interrupt that
+                // raises nothing (a time slice's tick, frequent on Ruby
+                // 3.4) goes back to waiting, up to the same deadline.
+                Ok(Some((Ok(false), true)) | None) => {
+                    if let Err(e) = Ruby::get().map_or(Ok(()), |ruby| ruby.thread_check_ints()) {
+                        return Err(Blocked::Interrupted(e));
+                    }
+                    continue;
+                }
+                Ok(Some((Err(e), _))) => return Err(Blocked::Failed(e)),
+                Err(e) => return Err(Blocked::Interrupted(e)),
             }
             match store.try_lock() {
                 Ok(Some(guard)) => {
@@ -475,8 +496,13 @@ fn record<T: WindowObject>(ruby: &Ruby, rb_self: Obj<T>, args: &[Value]) -> Resu
     let record = rb_self.record(ruby)?;
     let now = record.recording_now();
     match record.with(|r| r.window.record(duration_ns, success.to_bool(), now)) {
-        // As a breaker's record: dropped and counted, never raised.
-        Err(Blocked::Busy | Blocked::Interrupted) => record.published().count_dropped(),
+        // As a breaker's record: dropped and counted; an interrupt that cut
+        // the wait is raised.
+        Err(Blocked::Busy) => record.published().count_dropped(),
+        Err(Blocked::Interrupted(e)) => {
+            record.published().count_dropped();
+            return Err(e);
+        }
         Err(b @ Blocked::Failed(_)) => return Err(b.into_error(ruby, record)),
         Ok(()) => {}
     }

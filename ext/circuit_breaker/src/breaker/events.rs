@@ -206,8 +206,10 @@ impl Breaker {
         if let (Err(_), Decision::Allowed(p)) = (&result, decision) {
             let this = rb_self.get(ruby)?;
             let now = this.clock.now();
-            // A release decides nothing, so it has no transitions to report.
-            let _ = this.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now));
+            // A release decides nothing, so it has no transitions to report;
+            // an interrupt that cut its wait for the lock (`Thread#kill`,
+            // `Timeout`) goes on instead of the error.
+            this.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now))?;
         }
         result
     }

@@ -254,7 +254,7 @@ impl Link {
         });
         let (send, connected) = match step {
             Ok(x) => x,
-            Err(Blocked::Busy | Blocked::Interrupted) => return Ok(ruby.qnil().as_value()),
+            Err(Blocked::Busy) => return Ok(ruby.qnil().as_value()),
             Err(b) => return Err(b.into_error(ruby, &this.record)),
         };
         let Some(send) = send else {
@@ -300,7 +300,7 @@ impl Link {
         });
         let (tr, connected, proposing) = match step {
             Ok(x) => x,
-            Err(Blocked::Busy | Blocked::Interrupted) => return Ok(None),
+            Err(Blocked::Busy) => return Ok(None),
             Err(b) => return Err(b.into_error(ruby, &this.record)),
         };
         if proposing {

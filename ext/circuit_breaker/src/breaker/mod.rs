@@ -197,10 +197,6 @@ impl Inner {
         match self.locked(|b, w, c| b.acquire(w, c, now)) {
             Ok(x) => Ok(x),
             Err(Blocked::Busy) => Ok((self.record.published().decide(now), Transitions::default())),
-            Err(Blocked::Interrupted) => {
-                ruby.thread_check_ints()?;
-                Ok((self.record.published().decide(now), Transitions::default()))
-            }
             Err(b) => Err(b.into_error(ruby, &self.record)),
         }
     }
@@ -208,7 +204,7 @@ impl Inner {
     /// Settles a call's outcome. When the shared lock stays busy (or the
     /// wait is interrupted), the outcome is dropped and counted
     /// (`dropped_records`): the call's own result matters more than its
-    /// record, and an interrupt is delivered by Ruby once this returns.
+    /// record; the interrupt's exception is raised.
     fn finish(
         &self,
         ruby: &Ruby,
@@ -216,9 +212,13 @@ impl Inner {
     ) -> Result<Transitions, Error> {
         match self.locked(f) {
             Ok(tr) => Ok(tr),
-            Err(Blocked::Busy | Blocked::Interrupted) => {
+            Err(Blocked::Busy) => {
                 self.record.published().count_dropped();
                 Ok(Transitions::default())
+            }
+            Err(Blocked::Interrupted(e)) => {
+                self.record.published().count_dropped();
+                Err(e)
             }
             Err(b) => Err(b.into_error(ruby, &self.record)),
         }
