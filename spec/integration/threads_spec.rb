@@ -3,7 +3,10 @@
 # Many threads on one breaker, released together by a barrier: no count is
 # lost, a trip condition opens the breaker once, and half-open never runs
 # more than `half_open_calls` probes. `rake stress` runs this file with
-# STRESS_CALLS=100000 and prints the figures.
+# STRESS_CALLS=100000 and prints the figures. The exact-count and the
+# random examples run their callers as fibers of one thread too, under the
+# suite's own scheduler and the async gem's (docs/fibers.md), where a
+# caller hands the turn on at the points a thread would pass.
 
 # The mixed workload of the exact-count examples: what each kind of call
 # does, and what the breaker must record for it.
@@ -70,11 +73,12 @@ module ThreadStress
 
   # Runs one call of `kind`; returns true when it behaved as it should (the
   # right value returned, the right exception raised, the jump done). Some
-  # blocks pass the GVL to another thread, so calls interleave often.
+  # blocks pass the turn to another caller (thread or fiber), so calls
+  # interleave often.
   def run(breaker, clock, kind, n)
     case kind
-    when :success then breaker.call { Thread.pass || n } == n
-    when :failure then raises?(RuntimeError) { breaker.call { Thread.pass || raise("boom") } }
+    when :success then breaker.call { FiberSchedulers.pass_turn || n } == n
+    when :failure then raises?(RuntimeError) { breaker.call { FiberSchedulers.pass_turn || raise("boom") } }
     when :failure_if then breaker.call { :bad } == :bad
     when :failure_if_raises then raises?(CheckFailed) { breaker.call { :check_raises } }
     when :break then breaker.call { break :broke } == :broke
@@ -88,7 +92,7 @@ module ThreadStress
     when :timeout_inside then raises?(Timeout::Error) { breaker.call { raise Timeout::Error } }
     when :allow_success then breaker.allow? && breaker.record_success(duration_ms: 1).nil?
     when :allow_failure then breaker.allow? && breaker.record_failure(duration_ms: 1).nil?
-    when :reentrant then breaker.call { breaker.call { Thread.pass || n } } == n
+    when :reentrant then breaker.call { breaker.call { FiberSchedulers.pass_turn || n } } == n
     when :slow_success then breaker.call { clock.advance(1.0) && n } == n
     when :slow_failure then raises?(RuntimeError) { breaker.call { clock.advance(1.0) && raise("slow boom") } }
     when :slow_break
@@ -119,24 +123,25 @@ module ThreadStress
     :fell_through
   end
 
-  # Runs `rounds` rounds on `threads` threads; each round is a phase of
-  # mixed calls, then (after a barrier) a phase of slow ones. Returns the
-  # number of calls that misbehaved (0 expected) and the seconds taken.
-  def hammer(breaker, clock, threads:, rounds:)
+  # Runs `rounds` rounds on `threads` callers; each round is a phase of
+  # mixed calls, then (after a barrier) a phase of slow ones. `callers`
+  # starts them (`in_callers` of spec/support/fiber_scheduler.rb, curried
+  # with a kind); by default they are threads. Returns the number of calls
+  # that misbehaved (0 expected) and the seconds taken.
+  def hammer(breaker, clock, threads:, rounds:, callers: nil)
     barrier = ThreadHelpers::Barrier.new(threads)
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    wrong = Array.new(threads) do |t|
-      Thread.new do
-        bad = 0
-        rounds.times do
-          barrier.wait
-          MIXED_PER_ROUND.times { |n| bad += 1 unless run(breaker, clock, mixed_kind(t, n), n) }
-          barrier.wait
-          SLOW_PER_ROUND.times { |n| bad += 1 unless run(breaker, clock, slow_kind(t, n), n) }
-        end
-        bad
+    work = lambda do |t|
+      bad = 0
+      rounds.times do
+        barrier.wait
+        MIXED_PER_ROUND.times { |n| bad += 1 unless run(breaker, clock, mixed_kind(t, n), n) }
+        barrier.wait
+        SLOW_PER_ROUND.times { |n| bad += 1 unless run(breaker, clock, slow_kind(t, n), n) }
       end
-    end.sum(&:value)
+      bad
+    end
+    wrong = callers ? callers.call(threads, &work).sum : Array.new(threads) { |t| Thread.new { work.call(t) } }.sum(&:value)
     [wrong, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started]
   end
 end
@@ -174,19 +179,30 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
 
   describe "mixed calls on a breaker that cannot trip" do
     it "records every success, failure and slow call exactly (TimeWindow, thresholds out of reach)" do
+      exact_counts(:threads, calls_per_thread)
+    end
+
+    FiberSchedulers::KINDS.each do |kind|
+      it "records every success, failure and slow call exactly, with fibers under the #{kind} scheduler" do
+        exact_counts(kind, [calls_per_thread / 4, 1_000].max)
+      end
+    end
+
+    def exact_counts(kind, calls)
       window = CircuitBreaker::TimeWindow.new(seconds: 1e9, buckets: 1, slow_threshold_ms: ThreadStress::SLOW_MS)
       breaker = described_class.new(window: window, clock: clock, error_rate_threshold: 1.0,
                                     slow_rate_threshold: 1.0, min_calls: 1_000_000_000, consecutive_failures: nil,
                                     **ThreadStress.options)
       events = []
       breaker.on_state_change { |e| events << e }
-      rounds = rounds_for(calls_per_thread)
+      rounds = rounds_for(calls)
+      callers = kind == :threads ? nil : ->(count, &work) { in_callers(kind, count, &work) }
 
-      wrong, seconds = ThreadStress.hammer(breaker, clock, threads: threads, rounds: rounds)
+      wrong, seconds = ThreadStress.hammer(breaker, clock, threads: threads, rounds: rounds, callers: callers)
 
       successes, failures, slow = expected_totals(rounds)
       m = breaker.metrics
-      report("TimeWindow, cannot trip", rounds, seconds, m)
+      report("TimeWindow, cannot trip (#{kind})", rounds, seconds, m)
       expect(wrong).to eq(0)
       expect(m).to include(state: :closed, total: successes + failures, failures: failures,
                            slow_calls: slow, rejected: 0)
@@ -403,6 +419,16 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
   end
 
   it "keeps its transitions consistent while threads call, trip, reset, force open and disable at random" do
+    random_operations(:threads)
+  end
+
+  FiberSchedulers::KINDS.each do |kind|
+    it "keeps its transitions consistent while fibers under the #{kind} scheduler do the same" do
+      random_operations(kind)
+    end
+  end
+
+  def random_operations(kind)
     breaker = described_class.new(window: CircuitBreaker::SlidingWindow.new(size: 20), clock: clock, min_calls: 5,
                                   open_duration: 1, half_open_calls: 3, ramp: [0.5, 1.0], half_open_timeout: 2)
     events = Queue.new
@@ -415,10 +441,11 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
       end
     end
 
-    rejections = in_threads(8) do |t|
+    rejections = in_callers(kind, 8) do |t|
       random = Random.new(t)
       rejected = 0
       scaled(5_000 * factor).times do
+        pass_turn unless kind == :threads # threads are preempted; fibers interleave here
         case random.rand(100)
         when 0 then breaker.trip!
         when 1 then breaker.reset!
@@ -447,7 +474,7 @@ RSpec.describe CircuitBreaker, "under many threads", :integration do
     ticker.join
 
     final = breaker.metrics
-    note("chaos: 8 threads x #{scaled(5_000 * factor)} random operations; #{events.size} transitions; " \
+    note("chaos (#{kind}): 8 callers x #{scaled(5_000 * factor)} random operations; #{events.size} transitions; " \
          "#{final[:rejected]} rejected")
     expect(final[:rejected]).to eq(rejections.sum)
     # Listeners may run out of order across threads, but every state left

@@ -16,6 +16,10 @@ module FiberSchedulers
   # The fibers did not finish within the bound (a hang, not a slow machine).
   class Stuck < StandardError; end
 
+  # What the concurrency specs run their callers as: threads, and fibers
+  # under each scheduler of KINDS.
+  CALLERS = %i[threads minimal async].freeze
+
   # Every scheduler the concurrency specs run under: the suite's own and
   # the async gem's (an example under async is skipped, saying why, where
   # the gem cannot be loaded: bin/test installs Debian's ruby-async, whose
@@ -213,6 +217,47 @@ module FiberSchedulers
     thread.value
   ensure
     thread&.kill
+  end
+
+  # Runs `count` callers of `kind` — :threads, or fibers of one thread
+  # under the scheduler `kind` — each starting its block (given its index)
+  # at once; returns their values in order, or raises the first error.
+  def in_callers(kind, count, within: 120, &block)
+    return in_threads(count, &block) if kind == :threads
+
+    under_scheduler(kind, within: within) do
+      barrier = ThreadHelpers::Barrier.new(count)
+      done = Thread::Queue.new
+      results = Array.new(count)
+      count.times do |i|
+        Fiber.schedule do
+          barrier.wait
+          results[i] = [:ok, block.call(i)]
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          results[i] = [:error, e]
+        ensure
+          done << i
+        end
+      end
+      count.times { done.pop }
+      error = results.find { |tag, _| tag == :error }
+      raise error[1] if error
+
+      results.map(&:last)
+    end
+  end
+
+  # Lets another caller run: another thread (Thread.pass), or under a
+  # scheduler another fiber of this thread (sleep(0) hands the scheduler
+  # the turn; Thread.pass would not switch fibers). Returns nil, as
+  # Thread.pass does.
+  def self.pass_turn
+    Fiber.scheduler && !Fiber.current.blocking? ? sleep(0) : Thread.pass
+    nil
+  end
+
+  def pass_turn
+    FiberSchedulers.pass_turn
   end
 
   private

@@ -95,6 +95,31 @@ RSpec.describe CircuitBreaker, "with fibers as callers" do
     end
   end
 
+  FiberSchedulers::CALLERS.each do |callers|
+    who = callers == :threads ? "threads" : "fibers under the #{callers} scheduler"
+    it "admits half_open_calls probes to #{who} that hold them across turns, each settling its own" do
+      breaker = build_breaker(clock: clock, open_duration: 10, half_open_calls: 4, ramp: [1.0])
+      events = []
+      breaker.on_state_change { |e| events << [e.from, e.to, e.reason] }
+      breaker.trip!
+      clock.advance(10)
+      asked = ThreadHelpers::Barrier.new(16)
+      outcomes = in_callers(callers, 16) do |i|
+        admitted = breaker.allow?
+        asked.wait # every caller asks while the admitted probes are out
+        next :rejected unless admitted
+
+        pass_turn
+        breaker.record_success(duration_ms: i)
+        :probe
+      end
+      expect(outcomes.count(:probe)).to eq(4)
+      expect(breaker.metrics[:rejected]).to eq(12)
+      expect(events).to eq([%i[closed open manual], %i[open half_open cool_down_elapsed],
+                            %i[half_open closed probes_passed]])
+    end
+  end
+
   it "does not hand a fiber's permits to the fibers it starts (Thread#[], not Fiber[], storage)" do
     breaker, events = breaker_with_events
     breaker.trip!
