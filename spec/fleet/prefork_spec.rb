@@ -100,7 +100,7 @@ RSpec.describe "CircuitBreaker fleet: processes", :redis do
     release&.close
   end
 
-  it "keeps sending for every other fleet breaker while one's shared: lock is stuck", :shared_memory do
+  it "keeps sending for every other fleet breaker while one's shared: lock is stuck", :shared_memory, :test_hooks do
     stuck = CircuitBreaker.new(name: "#{name}-stuck", shared: "#{name}-stuck", fleet: redis_server.url,
                                fleet_interval: 0.05)
     other = CircuitBreaker.new(name: name, fleet: redis_server.url, fleet_interval: 0.05, min_calls: 1_000)

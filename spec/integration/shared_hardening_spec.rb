@@ -90,7 +90,7 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
     end
   end
 
-  describe "a clock faked or stepped", if: ChildProcess.installed?("faketime") do
+  describe "a clock faked or stepped", :test_hooks, if: ChildProcess.installed?("faketime") do
     it "never stretches a bounded wait for the lock: it is on the kernel's monotonic clock" do
       key = shared_name("faketime")
       path = described_class.new(**options, shared: key).shared_path

@@ -603,8 +603,8 @@ impl Live {
         Live(())
     }
 
-    /// How many are alive now (checked builds only).
-    #[cfg(debug_assertions)]
+    /// How many are alive now (checked builds with test hooks only).
+    #[cfg(all(debug_assertions, feature = "test-hooks"))]
     pub fn count() -> isize {
         LIVE.load(Ordering::Relaxed)
     }

@@ -197,6 +197,7 @@ impl LockedRecord {
     }
 
     /// Sets how long this process's steps wait for a busy lock.
+    #[cfg(feature = "test-hooks")]
     pub fn set_lock_wait(&self, wait: Nanos) {
         self.wait.store(wait, Ordering::Relaxed);
     }
@@ -218,6 +219,7 @@ impl LockedRecord {
     }
 
     /// Holds the lock of a shared record for `ms`, doing nothing (tests).
+    #[cfg(feature = "test-hooks")]
     pub fn hold_lock_for_test(&self, ms: u64) -> std::io::Result<()> {
         self.store.hold_lock_for_test(ms)
     }

@@ -40,6 +40,8 @@ pub mod fleet;
 mod matchers;
 mod metrics;
 mod permits;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 
 use matchers::{Matchers, ID_CALL};
 
@@ -418,19 +420,6 @@ impl Breaker {
         Ok(ruby.get_inner(rb_self.get(ruby)?.window))
     }
 
-    /// Test hook: holds the shared lock for `ms` (at most a minute).
-    fn hold_shared_lock(ruby: &Ruby, rb_self: &Self, ms: u64) -> Result<(), Error> {
-        let this = rb_self.get(ruby)?;
-        this.record.hold_lock_for_test(ms.min(60_000)).map_err(|e| crate::errors::system_error(ruby, "shared lock", e))
-    }
-
-    /// Test hook: how long this breaker waits for a busy shared lock.
-    fn set_lock_wait(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<(), Error> {
-        let secs = args::float(ruby, "lock wait", seconds)?;
-        rb_self.get(ruby)?.record.set_lock_wait(circuit_breaker_core::clock::nanos_from_secs(secs));
-        Ok(())
-    }
-
     /// The file a `shared:` breaker lives in, nil for a breaker of this
     /// process.
     fn shared_path(ruby: &Ruby, rb_self: &Self) -> Result<Option<String>, Error> {
@@ -461,19 +450,9 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__acquire", method!(Breaker::acquire, 1))?;
     class.define_private_method("__settle", method!(Breaker::settle, 3))?;
     class.define_private_method("__notify_rejects=", method!(Breaker::set_notify_rejects, 1))?;
-    class.define_private_method("__hold_shared_lock", method!(Breaker::hold_shared_lock, 1))?;
-    class.define_private_method("__lock_wait=", method!(Breaker::set_lock_wait, 1))?;
     class.define_method("shared_path", method!(Breaker::shared_path, 0))?;
     class.define_singleton_method("shared_supported?", function!(|| circuit_breaker_core::shm::SUPPORTED, 0))?;
-    class
-        .singleton_class()?
-        .define_private_method("__sweep_shared_files", function!(circuit_breaker_core::shm::sweep, 0))?;
-    // Specs only: where a shared file's mutex is (spec/integration/shared_spec.rb).
-    class
-        .singleton_class()?
-        .define_private_method("__shared_mutex_offset", function!(circuit_breaker_core::shm::mutex_offset, 0))?;
-    // Checked builds only (cruby::Live): spec/circuit_breaker/exits_spec.rb.
-    #[cfg(debug_assertions)]
-    class.singleton_class()?.define_private_method("__live_native_values", function!(cruby::Live::count, 0))?;
+    #[cfg(feature = "test-hooks")]
+    test_hooks::init(class)?;
     Ok(())
 }
