@@ -194,8 +194,14 @@ impl Link {
             )
         })?;
         // shared:: this syncer may send for the host; a failure in any
-        // process of the host rings the doorbell it then waits on.
-        let doorbell = host.and_then(|_| Doorbell::host());
+        // process of the host rings the doorbell it then waits on. Opening
+        // it may wait (up to 100 ms) for a stopped process: without the GVL,
+        // through the binding's one wrapper (docs/fibers.md); not cut short,
+        // since a failed open would leave the process without a doorbell.
+        let doorbell = match host {
+            Some(_) => crate::cruby::without_gvl(|_: &AtomicBool| Doorbell::host(), AtomicBool::new(false))?.flatten(),
+            None => None,
+        };
         if let Some(d) = doorbell {
             waker.0.use_doorbell(d);
         }
