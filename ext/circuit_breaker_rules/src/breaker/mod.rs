@@ -129,7 +129,7 @@ impl Breaker {
     }
 
     /// The half-open stage (None unless half-open).
-    fn stage(&self) -> Option<&Stage> {
+    pub(crate) fn stage(&self) -> Option<&Stage> {
         match &self.phase {
             Phase::HalfOpen(stage) => Some(stage),
             _ => None,

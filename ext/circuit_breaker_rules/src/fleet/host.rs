@@ -344,6 +344,16 @@ impl Breaker {
                 }
             }
             (State::HalfOpen, reason) => {
+                // Back from failed sends to the fleet stage it followed, and
+                // still in it: it keeps its probes' tallies and its grant.
+                // Entering it afresh reported its passed probes as none,
+                // and the fleet's stage, short of them, never ended (a
+                // host that had probed stops asking).
+                let index = self.stage().map(|s| s.index);
+                if self.fleet.stage_generation == r.generation && r.generation != 0 && index == Some(r.stage) {
+                    self.fleet.following = true;
+                    return;
+                }
                 let own_opening = mine == State::Open && !self.fleet.following && self.remaining(now) > 0;
                 if !own_opening && mine != State::ForcedOpen {
                     let reason = reason.unwrap_or(Reason::CoolDownElapsed);

@@ -331,6 +331,29 @@ fn a_host_in_a_fleet_stage_probes_only_within_its_grant_and_never_advances_alone
 }
 
 #[test]
+fn a_host_back_from_failed_sends_keeps_the_probes_it_ran_in_the_stage_it_followed() {
+    let mut h = Host::new(config(|o| o.half_open_calls = 2));
+    let mut v = reply(5, State::HalfOpen, 5, 5);
+    v[14] = 1;
+    h.receive(&v, 0);
+    let p = h.admit(0).expect("its slot");
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
+    assert_eq!((h.report(0)[4], h.report(0)[5]), (1, 1));
+    // A send times out (a loaded machine), the next one works: the fleet
+    // has not moved.
+    h.b.fleet_receive(&mut h.w, &h.cfg, None, SEC / 10);
+    h.receive(&v, SEC / 5);
+    assert_eq!(h.state(SEC / 5), State::HalfOpen);
+    assert_eq!((h.report(SEC / 5)[4], h.report(SEC / 5)[5]), (1, 1), "its passed probe still counts");
+    assert!(h.admit(SEC / 5).is_none(), "its grant is used");
+    // A new fleet stage is entered afresh.
+    let mut next = reply(6, State::HalfOpen, 6, 4);
+    next[8] = 0;
+    h.receive(&next, SEC);
+    assert_eq!(h.report(SEC)[5], 0);
+}
+
+#[test]
 fn a_failed_probe_reopens_the_host_at_once() {
     let mut h = Host::new(config(|o| o.half_open_calls = 3));
     let mut v = reply(5, State::HalfOpen, 5, 5);
