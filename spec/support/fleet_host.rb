@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "rbconfig"
+require "tempfile"
 require_relative "child_process"
 
 # A fleet host in a process of its own (for the `:redis` groups), driven by
@@ -32,9 +33,14 @@ module FleetHost
         $stdout.puts "\#{b.state} \#{b.metrics[:fleet]}"; $stdout.flush
       end
     RUBY
-    ChildProcess.popen2(*prefix, RbConfig.ruby, "-e", script, err: File::NULL) do |stdin, io, _|
+    err = Tempfile.new("fleet-host-err")
+    ChildProcess.popen2(*prefix, RbConfig.ruby, "-e", script, err: err.path) do |stdin, io, waiter|
       ready = ChildProcess.gets(io).to_s.split
-      raise "fleet host not connected: #{ready.inspect}" unless ready[0..1] == %w[ready connected]
+      unless ready[0..1] == %w[ready connected]
+        waiter.join(5)
+        raise "fleet host not connected: #{ready.inspect}, #{waiter.value.inspect if waiter.join(0)}, " \
+              "its stderr: #{File.read(err.path)[-2000..] || File.read(err.path)}"
+      end
 
       ask = lambda do |line|
         stdin.puts(line)
@@ -46,5 +52,7 @@ module FleetHost
     ensure
       stdin.close unless stdin.closed?
     end
+  ensure
+    err&.close!
   end
 end

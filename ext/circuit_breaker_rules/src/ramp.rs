@@ -198,6 +198,12 @@ impl Stage {
     }
 
     /// Probes currently running.
+    /// Probes handed out in this stage and not released (finished or in
+    /// flight).
+    pub fn issued(&self) -> u32 {
+        self.issued
+    }
+
     pub fn in_flight(&self) -> u32 {
         self.in_flight
     }

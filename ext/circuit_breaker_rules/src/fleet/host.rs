@@ -345,12 +345,17 @@ impl Breaker {
             }
             (State::HalfOpen, reason) => {
                 // Back from failed sends to the fleet stage it followed, and
-                // still in it: it keeps its probes' tallies and its grant.
-                // Entering it afresh reported its passed probes as none,
-                // and the fleet's stage, short of them, never ended (a
-                // host that had probed stops asking).
-                let index = self.stage().map(|s| s.index);
-                if self.fleet.stage_generation == r.generation && r.generation != 0 && index == Some(r.stage) {
+                // still in it, having probed nothing on its own meanwhile
+                // (every probe it issued is in its tallies): it keeps its
+                // tallies and its grant. Entering it afresh reported its
+                // passed probes as none, and the fleet's stage, short of
+                // them, never ended (a host that had probed stops asking).
+                let f = &self.fleet;
+                let tallied = f.passed.saturating_add(f.failed);
+                let same = self
+                    .stage()
+                    .is_some_and(|s| s.index == r.stage && s.issued() == tallied.saturating_add(s.in_flight()));
+                if f.stage_generation == r.generation && r.generation != 0 && same {
                     self.fleet.following = true;
                     return;
                 }

@@ -332,7 +332,7 @@ fn a_host_in_a_fleet_stage_probes_only_within_its_grant_and_never_advances_alone
 
 #[test]
 fn a_host_back_from_failed_sends_keeps_the_probes_it_ran_in_the_stage_it_followed() {
-    let mut h = Host::new(config(|o| o.half_open_calls = 2));
+    let mut h = Host::new(config(|o| o.half_open_calls = 3));
     let mut v = reply(5, State::HalfOpen, 5, 5);
     v[14] = 1;
     h.receive(&v, 0);
@@ -346,6 +346,15 @@ fn a_host_back_from_failed_sends_keeps_the_probes_it_ran_in_the_stage_it_followe
     assert_eq!(h.state(SEC / 5), State::HalfOpen);
     assert_eq!((h.report(SEC / 5)[4], h.report(SEC / 5)[5]), (1, 1), "its passed probe still counts");
     assert!(h.admit(SEC / 5).is_none(), "its grant is used");
+    // Detached again, it probes on its own quota: back, its stage is
+    // entered afresh (its own probe is in no tally; keeping the stage, it
+    // could issue no probe within its grant).
+    h.b.fleet_receive(&mut h.w, &h.cfg, None, SEC / 4);
+    let own = h.admit(SEC / 4).expect("its own quota");
+    h.b.complete(&mut h.w, &h.cfg, own, Outcome::Success { duration_ns: 1.0e6 }, SEC / 4);
+    assert_eq!(h.state(SEC / 4), State::HalfOpen);
+    h.receive(&v, SEC / 3);
+    assert_eq!(h.report(SEC / 3)[5], 0, "entered afresh");
     // A new fleet stage is entered afresh.
     let mut next = reply(6, State::HalfOpen, 6, 4);
     next[8] = 0;
