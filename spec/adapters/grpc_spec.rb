@@ -51,6 +51,8 @@ end
 GrpcSpecStub = GrpcSpecService.rpc_stub_class
 
 RSpec.describe CircuitBreaker::Adapters::GRPC::Interceptor do
+  include Waiting
+
   before(:all) do
     # grpc 1.51 (Debian 12 and 13) is not compaction-safe either: after
     # spec/breaker/gc_spec.rb's GC.compact, Ruby 3.3 raised "broken
@@ -86,7 +88,15 @@ RSpec.describe CircuitBreaker::Adapters::GRPC::Interceptor do
 
   def calls_made = GrpcSpecService.calls.size
 
+  # A call the server takes while none of its 4 workers is idle is answered
+  # RESOURCE_EXHAUSTED, "No free threads in thread pool" (grpc's
+  # RpcServer#available?), and a worker that has sent its answer is idle
+  # again only once it runs: on a loaded machine, after the next call came
+  # (rpc_server.rb, Pool#loop_execute_jobs). Only these examples call the
+  # server, one call at a time, so a worker idle now is still idle when
+  # this call arrives.
   def ask(text, deadline: 5)
+    wait_for("an idle gRPC server worker") { @server.instance_variable_get(:@pool).ready_for_work? }
     stub.answer(GrpcSpecText.new(text), deadline: Time.now + deadline).text
   rescue GRPC::BadStatus => e
     e
