@@ -38,5 +38,8 @@ use crate::time::Nanos;
 /// Nanoseconds in a millisecond: Redis counts time in milliseconds.
 const MS: Nanos = 1_000_000;
 
+// Named *_tests.rs like the core's other test files, so a search of the
+// library's own code for panics (unwrap, expect) can leave tests out.
 #[cfg(test)]
+#[path = "fleet_tests.rs"]
 mod tests;
