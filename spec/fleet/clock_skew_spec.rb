@@ -21,9 +21,8 @@ RSpec.describe "CircuitBreaker fleet: a host an hour ahead", :redis do
 
   after { CircuitBreaker::Fleet.stop_all }
 
-  def ahead_prefix
-    wall_clock_only = CircuitBreaker.shared_supported? ? [] : %w[env FAKETIME_DONT_FAKE_MONOTONIC=1]
-    wall_clock_only + %w[faketime -f +1h]
+  def ahead_env
+    FakeTime.env("+1h", monotonic: CircuitBreaker.shared_supported?)
   end
 
   def fleet_state(breaker)
@@ -31,12 +30,12 @@ RSpec.describe "CircuitBreaker fleet: a host an hour ahead", :redis do
   end
 
   it "takes a reset! made on the host that is ahead to every host, the fleet half-open after a trip" do
-    skip "faketime is not installed (bin/setup installs it)" unless ChildProcess.installed?("faketime")
+    skip "libfaketime is not installed (bin/setup installs it)" unless FakeTime.installed?
 
     operator = CircuitBreaker.new(name: name, fleet: redis_server.url, **options)
     wait_for("connected") { operator.metrics[:fleet] == :connected }
     FleetHost.run(name, redis_server.url, **options) do |plain|
-      FleetHost.run(name, redis_server.url, prefix: ahead_prefix, **options) do |ahead|
+      FleetHost.run(name, redis_server.url, env: ahead_env, **options) do |ahead|
         expect(ahead.hour).not_to eq(Time.now.utc.hour)
         operator.trip!
         wait_for("the fleet half-open") { fleet_state(operator)["s"] == "2" }

@@ -3,6 +3,7 @@
 require "circuit_breaker/fleet"
 
 require "rbconfig"
+require "tempfile"
 
 # `fleet:` against a real redis-server (docs/fleet.md): forked processes
 # play hosts. Every wait is bounded (a hang becomes a failure naming what
@@ -579,7 +580,7 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
   end
 
   it "follows the fleet from a host whose wall clock is an hour off" do
-    skip "faketime is not installed (bin/setup installs it)" unless ChildProcess.installed?("faketime")
+    skip "libfaketime is not installed (bin/setup installs it)" unless FakeTime.installed?
 
     operator = fleet_breaker(open_duration: 30)
     wait_for("connected") { operator.metrics[:fleet] == :connected }
@@ -594,15 +595,21 @@ RSpec.describe "CircuitBreaker fleet:", :redis do
       sleep 0.02 until b.state == :open || Process.clock_gettime(Process::CLOCK_MONOTONIC) > limit
       $stdout.puts "\#{b.state} \#{b.retry_after}"
     RUBY
-    ChildProcess.popen2("faketime", "-f", "-1h", RbConfig.ruby, "-e", script, err: File::NULL) do |stdin, io, _|
+    err = Tempfile.new("faketime-host-err")
+    ChildProcess.popen2(FakeTime.env("-1h"), RbConfig.ruby, "-e", script, err: err.path) do |stdin, io, waiter|
       stdin.close
       ready = ChildProcess.gets(io)
-      expect(ready).to start_with("ready")
+      waiter.join(5) unless ready
+      expect(ready).to start_with("ready"), lambda {
+        "the host said #{ready.inspect} (#{waiter.value.inspect if waiter.join(0)}); its stderr: #{File.read(err.path)}"
+      }
       expect(Integer(ready.split.last)).not_to eq(Time.now.utc.hour)
       operator.trip!
       state, retry_after = ChildProcess.gets(io).split
       expect(state).to eq("open")
       expect(Float(retry_after)).to be_between(20, 30)
     end
+  ensure
+    err&.close!
   end
 end

@@ -90,7 +90,7 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
     end
   end
 
-  describe "a clock faked or stepped", :test_hooks, if: ChildProcess.installed?("faketime") do
+  describe "a clock faked or stepped", :test_hooks, if: FakeTime.installed? do
     it "never stretches a bounded wait for the lock: it is on the kernel's monotonic clock" do
       key = shared_name("faketime")
       path = described_class.new(**options, shared: key).shared_path
@@ -116,7 +116,7 @@ RSpec.describe CircuitBreaker, "shared: hardening", :integration, :shared_memory
       lib = File.expand_path("../../lib", __dir__)
       # A day ahead: libfaketime moves CLOCK_REALTIME and CLOCK_MONOTONIC.
       begin
-        out, = ChildProcess.capture2e("faketime", "-f", "+1d", RbConfig.ruby, "-I", lib, "-e", script, within: 15)
+        out, = ChildProcess.capture2e(FakeTime.env("+1d"), RbConfig.ruby, "-I", lib, "-e", script, within: 15)
       rescue ChildProcess::Timeout
         raise "the faked process still waited for the lock after 15 s"
       end

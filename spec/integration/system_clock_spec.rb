@@ -9,7 +9,7 @@ require "rbconfig"
 # (docs/performance.md).
 RSpec.describe CircuitBreaker, "on the system clock" do
   it "follows a clock_gettime interposed with LD_PRELOAD, as Ruby's clock does" do
-    skip "faketime is not installed (bin/test installs it)" unless ChildProcess.installed?("faketime")
+    skip "libfaketime is not installed (bin/setup installs it)" unless FakeTime.installed?
 
     script = <<~RUBY
       $LOAD_PATH.unshift #{File.expand_path('../../lib', __dir__).inspect}
@@ -23,7 +23,7 @@ RSpec.describe CircuitBreaker, "on the system clock" do
       puts breakers.map(&:state).join(" ")
     RUBY
     # Time runs ten times faster for the child: Ruby sees 2.5 s pass in 0.25 s.
-    out, = ChildProcess.capture2("faketime", "-f", "+0 x10", RbConfig.ruby, "-e", script, err: File::NULL)
+    out, = ChildProcess.capture2(FakeTime.env("+0 x10"), RbConfig.ruby, "-e", script, err: File::NULL)
     expect(out.split).to eq(%w[half_open half_open])
   end
 end

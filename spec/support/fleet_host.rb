@@ -7,8 +7,8 @@ require_relative "child_process"
 # A fleet host in a process of its own (for the `:redis` groups), driven by
 # lines on its stdin: each line is answered with the host's state and
 # fleet status after it acted ("reset": reset!, "trip": trip!, anything
-# else: nothing). `prefix` runs it under another command (`faketime -f
-# +1h`). Bounded: ChildProcess reaps it (TERM, then KILL).
+# else: nothing). `env` is added to its environment (`FakeTime.env("+1h")`:
+# an hour ahead). Bounded: ChildProcess reaps it (TERM, then KILL).
 #
 # @example
 #   FleetHost.run(name, url, open_duration: 0.3) do |host|
@@ -19,7 +19,7 @@ module FleetHost
 
   # Yields a lambda that sends a line and returns the answer as Symbols,
   # once the host is :connected; returns the block's value.
-  def self.run(name, url, prefix: [], **options)
+  def self.run(name, url, env: {}, **options)
     script = <<~RUBY
       $LOAD_PATH.unshift #{LIB.inspect}
       require "circuit_breaker"
@@ -34,7 +34,7 @@ module FleetHost
       end
     RUBY
     err = Tempfile.new("fleet-host-err")
-    ChildProcess.popen2(*prefix, RbConfig.ruby, "-e", script, err: err.path) do |stdin, io, waiter|
+    ChildProcess.popen2(env, RbConfig.ruby, "-e", script, err: err.path) do |stdin, io, waiter|
       ready = ChildProcess.gets(io).to_s.split
       unless ready[0..1] == %w[ready connected]
         waiter.join(5)
