@@ -12,6 +12,10 @@ RSpec.describe "The fleet's wire format", :redis do
   let(:name) { "wire-#{SecureRandom.hex(4)}" }
   let(:lua) { File.read(File.expand_path("../../lib/circuit_breaker/fleet.lua", __dir__)) }
 
+  # The breakers' syncers would otherwise outlive this file and keep
+  # talking to a Redis stopped after it (the other fleet specs do the same).
+  after { CircuitBreaker::Fleet.stop_all }
+
   # The names of a `local NAME = {'a', 'b', ...}` table of the script.
   def lua_names(table)
     body = lua[/^local #{table} = \{(.*?)\}/m, 1] or raise "no #{table} in fleet.lua"
