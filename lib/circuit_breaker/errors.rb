@@ -44,7 +44,8 @@ class CircuitBreaker
 
     # @return [String, nil] the breaker's name
     attr_reader :breaker_name
-    # @return [Symbol] :open, :half_open or :forced_open
+    # @return [Symbol] the breaker's state when it refused: :open,
+    #   :half_open or :forced_open (a {ConcurrencyLimitError}'s may be any)
     attr_reader :state
     # @return [Float, nil] seconds until the breaker may admit probes again
     #   (at least 1.0 in half-open, nil when forced open)
@@ -56,6 +57,16 @@ class CircuitBreaker
       @state = state
       @retry_after = retry_after
       super(message)
+    end
+
+    # Why the call was refused: :open, :forced_open, :half_open (no probe
+    # slot for this call), or :concurrency_limit ({ConcurrencyLimitError}).
+    # @return [Symbol]
+    def reason
+      case @state
+      when :forced_open, :half_open then @state
+      else :open
+      end
     end
 
     # @return [String] e.g. `circuit "payments" is open`: the name and the
@@ -73,6 +84,46 @@ class CircuitBreaker
       when :half_open then "#{circuit} is half-open"
       else "#{circuit} is open"
       end
+    end
+  end
+
+  # A call was refused because the breaker's calls in flight were at its
+  # `max_concurrent:` cap (docs/concurrency.md), after waiting up to
+  # `max_wait:` for a slot. The block did not run and nothing was recorded
+  # in the window: the dependency did not fail. `rescue OpenError` catches
+  # it like any rejection; `state` is the breaker's state (often :closed).
+  #
+  # @example
+  #   begin
+  #     breaker.call { client.get("/orders") }
+  #   rescue CircuitBreaker::ConcurrencyLimitError => e
+  #     e.limit       # => 8
+  #     e.retry_after # => 1.0
+  #   end
+  class ConcurrencyLimitError < OpenError
+    # Seconds a caller refused at the cap is told to wait: slots free as
+    # calls finish, at a time nobody knows, and a zero made clients retry
+    # in a loop (docs/concurrency.md).
+    RETRY_AFTER = 1.0
+
+    # @return [Integer, nil] the cap the calls in flight were at
+    attr_reader :limit
+
+    def initialize(message = nil, breaker_name: nil, state: :closed, retry_after: RETRY_AFTER, limit: nil)
+      @limit = limit
+      super(message, breaker_name: breaker_name, state: state, retry_after: retry_after)
+    end
+
+    # @return [Symbol] :concurrency_limit
+    def reason
+      :concurrency_limit
+    end
+
+    private
+
+    def default_message
+      circuit = @breaker_name ? "circuit #{@breaker_name.to_s.inspect}" : "circuit"
+      "#{circuit} is at its concurrency limit#{" (#{@limit})" if @limit}"
     end
   end
 

@@ -31,6 +31,46 @@ pub enum ProbeTimeout {
     Seconds(f64),
 }
 
+/// `max_concurrent:` as given (docs/concurrency.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MaxConcurrent {
+    /// `nil`, the default: no cap.
+    Unlimited,
+    /// An Integer, to be checked.
+    Fixed(i64),
+    /// `:adaptive`: the cap follows the dependency's latency.
+    Adaptive,
+}
+
+/// The concurrency cap, validated (docs/concurrency.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Concurrency {
+    /// No cap: calls in flight are not counted.
+    Unlimited,
+    /// At most this many calls in flight (1..=[`MAX_CONCURRENT`]).
+    Fixed(u32),
+    /// A cap the adaptive rule sets, starting at `initial`.
+    Adaptive { initial: u32 },
+}
+
+impl Concurrency {
+    /// The cap a breaker starts with; None: no cap.
+    pub fn initial(self) -> Option<u32> {
+        match self {
+            Concurrency::Unlimited => None,
+            Concurrency::Fixed(n) | Concurrency::Adaptive { initial: n } => Some(n),
+        }
+    }
+}
+
+/// The largest fixed `max_concurrent:`.
+pub const MAX_CONCURRENT: i64 = 100_000;
+/// The longest `max_wait:`, in seconds.
+pub const MAX_WAIT_SECS: f64 = 60.0;
+/// The cap `max_concurrent: :adaptive` starts with until the adaptive rule
+/// is wired in: its `adaptive_initial` default.
+pub const ADAPTIVE_INITIAL: u32 = 20;
+
 /// The breaker's options as plain values, before validation. Field meanings
 /// and defaults are those of docs/configuration.md; see [`Config`].
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +101,10 @@ pub struct Options {
     /// Failed calls in a row that open a closed breaker whatever the
     /// window says; None: no such rule.
     pub consecutive_failures: Option<i64>,
+    /// The cap on calls in flight.
+    pub max_concurrent: MaxConcurrent,
+    /// Seconds a call waits for a slot at the cap (0: none).
+    pub max_wait: f64,
 }
 
 impl Default for Options {
@@ -82,6 +126,8 @@ impl Default for Options {
             jitter: 0.0,
             fleet_quorum: 0.5,
             consecutive_failures: DEFAULT_CONSECUTIVE_FAILURES,
+            max_concurrent: MaxConcurrent::Unlimited,
+            max_wait: 0.0,
         }
     }
 }
@@ -128,6 +174,11 @@ pub struct Config {
     /// Failed calls in a row that open a closed breaker (>= 1); None: no
     /// such rule (docs/semantics.md).
     pub consecutive_failures: Option<u32>,
+    /// The cap on calls in flight (docs/concurrency.md).
+    pub max_concurrent: Concurrency,
+    /// How long a call waits for a slot at the cap (0: it is refused at
+    /// once).
+    pub max_wait: Nanos,
 }
 
 /// The default of `consecutive_failures` (docs/choices.md says why).
@@ -188,6 +239,15 @@ impl Config {
             .consecutive_failures
             .map(|n| check_int("consecutive_failures", "nil or an Integer in 1..1_000_000_000", n, 1, 1_000_000_000))
             .transpose()?;
+        const CAP: &str = "nil, an Integer in 1..100_000 or :adaptive";
+        let max_concurrent = match o.max_concurrent {
+            MaxConcurrent::Unlimited => Concurrency::Unlimited,
+            MaxConcurrent::Fixed(n) => Concurrency::Fixed(check_int("max_concurrent", CAP, n, 1, MAX_CONCURRENT)?),
+            MaxConcurrent::Adaptive => Concurrency::Adaptive { initial: ADAPTIVE_INITIAL },
+        };
+        let max_wait =
+            check_f64("max_wait", "a finite number of seconds in 0..60", o.max_wait, 0.0, false, MAX_WAIT_SECS)?;
+        let max_wait = nanos_from_secs(max_wait);
         Ok(Self {
             error_rate_threshold,
             slow_rate_threshold,
@@ -206,6 +266,8 @@ impl Config {
             jitter,
             fleet_quorum,
             consecutive_failures,
+            max_concurrent,
+            max_wait,
         })
     }
 }
@@ -276,6 +338,10 @@ impl Config {
             jitter,
             fleet_quorum,
             consecutive_failures,
+            max_concurrent,
+            // How long one caller waits: processes that wait differently
+            // still share one cap.
+            max_wait: _,
         } = self;
         let mut h = Fnv::default()
             .f64(*error_rate_threshold)
@@ -297,6 +363,11 @@ impl Config {
             .f64(*jitter)
             .f64(*fleet_quorum)
             .i64(consecutive_failures.map_or(-1, i64::from))
+            .i64(match max_concurrent {
+                Concurrency::Unlimited => -1,
+                Concurrency::Fixed(n) => i64::from(*n),
+                Concurrency::Adaptive { .. } => -2,
+            })
             .finish()
     }
 }
@@ -338,6 +409,33 @@ mod tests {
         assert_eq!(with(|o| o.probe_timeout = ProbeTimeout::Seconds(f64::NAN)).unwrap_err().name, "probe_timeout");
         assert_eq!(with(|o| o.min_stage_duration = -1.0).unwrap_err().name, "min_stage_duration");
         assert_eq!(with(|o| o.min_stage_duration = f64::INFINITY).unwrap_err().name, "min_stage_duration");
+    }
+
+    #[test]
+    fn max_concurrent_is_nil_an_integer_in_range_or_adaptive() {
+        assert_eq!(with(|_| ()).unwrap().max_concurrent, Concurrency::Unlimited);
+        assert_eq!(with(|o| o.max_concurrent = MaxConcurrent::Fixed(3)).unwrap().max_concurrent, Concurrency::Fixed(3));
+        let adaptive = with(|o| o.max_concurrent = MaxConcurrent::Adaptive).unwrap().max_concurrent;
+        assert_eq!(adaptive.initial(), Some(ADAPTIVE_INITIAL));
+        for bad in [0, -1, 100_001, i64::MAX] {
+            let e = with(|o| o.max_concurrent = MaxConcurrent::Fixed(bad)).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("max_concurrent must be nil, an Integer in 1..100_000 or :adaptive (got {bad})")
+            );
+        }
+        let fixed = |n| with(|o| o.max_concurrent = MaxConcurrent::Fixed(n)).unwrap().fingerprint();
+        assert_ne!(fixed(3), fixed(4), "processes with other caps never share a file");
+    }
+
+    #[test]
+    fn max_wait_is_zero_to_sixty_seconds_and_not_hashed() {
+        assert_eq!(with(|o| o.max_wait = 0.25).unwrap().max_wait, 250_000_000);
+        for bad in [-0.1, 60.5, f64::NAN, f64::INFINITY] {
+            assert_eq!(with(|o| o.max_wait = bad).unwrap_err().name, "max_wait", "{bad}");
+        }
+        let waiting = with(|o| o.max_wait = 1.0).unwrap().fingerprint();
+        assert_eq!(waiting, with(|_| ()).unwrap().fingerprint());
     }
 
     #[test]

@@ -131,8 +131,7 @@ impl Breaker {
         }
         let this = rb_self.get(ruby)?;
         for t in tr.iter() {
-            let dropped = this.record.published().dropped();
-            let metrics = metrics_hash(ruby, &t.metrics, this.record.is_mapped(), dropped, this.fleet_status(ruby))?;
+            let metrics = metrics_hash(ruby, this, &t.metrics)?;
             let before = &t.window_before;
             let last_error = match this.last_error.load(Ordering::Relaxed) {
                 0 => ruby.qnil().as_value(),

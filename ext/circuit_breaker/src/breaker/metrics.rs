@@ -13,7 +13,7 @@ use magnus::symbol::IntoSymbol;
 
 use crate::window::Blocked;
 
-use super::Breaker;
+use super::{Breaker, Inner};
 
 static ID_CLOSED: LazyId = LazyId::new("closed");
 static ID_OPEN: LazyId = LazyId::new("open");
@@ -78,7 +78,7 @@ pub(super) fn secs_value(ruby: &Ruby, t: Option<i64>) -> Value {
     t.map_or_else(|| ruby.qnil().as_value(), |n| secs_from_nanos(n).into_value_with(ruby))
 }
 
-static KEYS: [LazyId; 20] = [
+static KEYS: [LazyId; 23] = [
     LazyId::new("state"),
     LazyId::new("total"),
     LazyId::new("failures"),
@@ -99,33 +99,45 @@ static KEYS: [LazyId; 20] = [
     LazyId::new("counters"),
     LazyId::new("dropped_records"),
     LazyId::new("scope"),
+    LazyId::new("in_flight"),
+    LazyId::new("concurrency_limit"),
+    LazyId::new("limited"),
 ];
 
-/// The frozen Hash of docs/operating.md. `host_wide`:
-/// the counters are those of every process mapping a `shared:` record.
-/// `dropped`: records a shared breaker dropped because its lock stayed busy
-/// (docs/shared.md).
-/// `fleet`: a fleet breaker's link status, and why it is degraded
-/// (`fleet:`, docs/fleet.md).
-pub(super) fn metrics_hash(
-    ruby: &Ruby,
-    m: &Metrics,
-    host_wide: bool,
-    dropped: u64,
-    fleet: Option<(Symbol, Option<String>)>,
-) -> Result<RHash, Error> {
+/// A breaker's cap as `metrics` shows it (docs/concurrency.md).
+pub(super) struct CapMetrics {
+    /// Calls in flight; None without a cap.
+    pub in_flight: Option<u32>,
+    /// The cap; None without one.
+    pub limit: Option<u32>,
+    /// Calls refused at the cap since creation.
+    pub limited: u64,
+}
+
+/// The frozen Hash of docs/operating.md, for the breaker `this`. The
+/// counters are those of every process mapping a `shared:` record when it
+/// is one (`scope: :host`); `dropped_records`: records a shared breaker
+/// dropped because its lock stayed busy (docs/shared.md); `fleet`: a fleet
+/// breaker's link status, and why it is degraded (docs/fleet.md); the cap's
+/// calls in flight, limit and refusals (docs/concurrency.md), whose
+/// refusals count in `rejected` too.
+pub(super) fn metrics_hash(ruby: &Ruby, this: &Inner, m: &Metrics) -> Result<RHash, Error> {
+    let host_wide = this.record.is_mapped();
+    let dropped = this.record.published().dropped();
+    let fleet = this.fleet_status(ruby);
+    let cap = this.cap_metrics();
     let h = ruby.hash_new();
     let c = &m.counters;
     // Each value goes into the hash as soon as it exists: a Float (or a
     // Bignum) is an object the GC could collect if it waited on the stack.
-    let values: [&dyn Fn() -> Value; 20] = [
+    let values: [&dyn Fn() -> Value; 23] = [
         &|| state_sym(ruby, m.state).as_value(),
         &|| m.counts.total.into_value_with(ruby),
         &|| m.counts.failures.into_value_with(ruby),
         &|| m.counts.slow_calls.into_value_with(ruby),
         &|| m.counts.error_rate().into_value_with(ruby),
         &|| m.counts.slow_call_rate().into_value_with(ruby),
-        &|| c.rejected.into_value_with(ruby),
+        &|| c.rejected.saturating_add(cap.limited).into_value_with(ruby),
         &|| m.stage.into_value_with(ruby),
         &|| m.admit_share.into_value_with(ruby),
         &|| secs_value(ruby, m.retry_after),
@@ -141,6 +153,9 @@ pub(super) fn metrics_hash(
         // Where the breaker's state lives, for operator surfaces; the same
         // as `counters` (docs/shared.md, "Host scope").
         &|| sym(ruby, if host_wide { &ID_HOST } else { &ID_PROCESS }).as_value(),
+        &|| cap.in_flight.into_value_with(ruby),
+        &|| cap.limit.into_value_with(ruby),
+        &|| cap.limited.into_value_with(ruby),
     ];
     for (key, value) in KEYS.iter().zip(values) {
         let key: OpaqueId = **key;
@@ -173,10 +188,7 @@ impl Breaker {
         let Some(this) = rb_self.0.get() else { return Ok(None) };
         let now = this.clock.now();
         match this.locked(|b, w, c| b.peek(w, c, now)) {
-            Ok(m) => {
-                let dropped = this.record.published().dropped();
-                metrics_hash(ruby, &m, this.record.is_mapped(), dropped, this.fleet_status(ruby)).map(Some)
-            }
+            Ok(m) => metrics_hash(ruby, this, &m).map(Some),
             Err(Blocked::Busy) => {
                 let h = ruby.hash_new();
                 h.aset(sym(ruby, &KEYS[0]), state_sym(ruby, this.record.published().state()))?;
@@ -205,7 +217,7 @@ impl Breaker {
     pub(super) fn metrics(ruby: &Ruby, rb_self: Obj<Self>) -> Result<RHash, Error> {
         let this = rb_self.get(ruby)?;
         let m = Self::snapshot(ruby, rb_self)?;
-        metrics_hash(ruby, &m, this.record.is_mapped(), this.record.published().dropped(), this.fleet_status(ruby))
+        metrics_hash(ruby, this, &m)
     }
 
     pub(super) fn retry_after(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Value, Error> {
