@@ -15,7 +15,8 @@ RSpec.describe CircuitBreaker, ".new" do
                             slow_call_rate: 0.0, rejected: 0, stage: nil, admit_share: 1.0, retry_after: 0.0,
                             calls: 0, successes: 0, failures_total: 0, slow_total: 0, opened: 0,
                             tripped_error_rate: nil, tripped_slow_call_rate: nil, counters: :process,
-                            dropped_records: 0, scope: :process)
+                            dropped_records: 0, scope: :process, in_flight: nil, concurrency_limit: nil,
+                            limited: 0)
       expect(metrics).to be_frozen
     end
 
