@@ -345,7 +345,7 @@ RSpec.shared_examples "a breaker store" do |counters:, extra_metrics: {}, disagr
         state: :closed, total: 4, failures: 1, slow_calls: 1, error_rate: 0.25, slow_call_rate: 0.25, rejected: 0,
         stage: nil, admit_share: 1.0, retry_after: 0.0, calls: 4, successes: 3, failures_total: 1, slow_total: 1,
         opened: 0, tripped_error_rate: nil, tripped_slow_call_rate: nil, counters: counters, dropped_records: 0,
-        scope: counters, **extra_metrics
+        scope: counters, in_flight: nil, concurrency_limit: nil, limited: 0, **extra_metrics
       )
       expect([breaker.window.total, breaker.window.failures, breaker.window.slow_calls]).to eq([4, 1, 1])
     end
