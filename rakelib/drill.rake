@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-desc "The outage drill: a Puma cluster, a failing upstream, this gem's setups and the peers' (DRILL_PHASES, DRILL_RUNS)"
+desc "The outage drill: a Puma cluster, a failing then slow upstream, our setups, the peers' (DRILL_SETUPS, DRILL_PHASES, DRILL_RUNS, DRILL_SOURCES)"
 task drill: :compile do
   # Debian's Puma, when missing (not a test package: bin/test never runs the drill).
   sh File.expand_path("../bin/setup", __dir__), "puma"

@@ -6,7 +6,9 @@
 #
 # 200: the upstream answered; 503: the breaker refused the call; 502: the
 # upstream answered 5xx or refused; 504: the call waited for the read
-# timeout. GET /ready answers without calling the upstream.
+# timeout. GET /page is the app's unrelated page: it calls nothing, and
+# waits only when every thread of the workers is taken. GET /ready
+# answers without calling the upstream either.
 
 require "net/http"
 require_relative "setups"
@@ -28,7 +30,10 @@ call_upstream = lambda do
 end
 
 run(lambda do |env|
-  next [200, {}, ["ready"]] if env["PATH_INFO"] == "/ready"
+  case env["PATH_INFO"]
+  when "/page" then next [200, {}, ["page"]]
+  when "/ready" then next [200, {}, ["ready"]]
+  end
 
   body = guard.run(&call_upstream)
   [200, {}, [body]]

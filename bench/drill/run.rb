@@ -6,23 +6,21 @@
 # a real upstream on 127.0.0.1 (bench/drill/upstream.rb) over Net::HTTP
 # with a 1 s read timeout, through the setup's breaker
 # (bench/drill/setups.rb). The upstream is healthy, then answers 500, then
-# hangs, then is healthy again; a load generator sends about DRILL_RATE
-# requests a second on a fixed schedule (open loop, bounded in count and
-# time) and prints, per setup: the failing calls that reached the upstream,
-# the requests that waited for the read timeout, p50/p99 latency per
-# phase, the seconds from a healthy upstream to full traffic (every 1 s
-# window from then on above 95 % success), and the 503s after recovery.
+# hangs, then answers slowly (inside the timeout), then is healthy again;
+# a load generator sends about DRILL_RATE requests a second on a fixed
+# schedule (open loop, bounded in count and time), and DRILL_PAGE_RATE a
+# second to the app's unrelated page, which calls nothing. It prints the
+# table of bench/drill/report.rb per setup, and whether a peer dominates.
 #
 #   ruby bench/drill/run.rb [SETUP...]   # default: every setup
-#   DRILL_PHASES=10,20,20,40             # seconds of each phase (the default)
-#   DRILL_RATE=100 DRILL_RUNS=1
-#   DRILL_SOURCES=DIR                    # where the peers' git repositories are
+#   DRILL_PHASES=10,20,20,20,40          # seconds of each phase (the default)
+#   DRILL_RATE=100 DRILL_PAGE_RATE=10 DRILL_RUNS=1
+#   DRILL_SOURCES=DIR                    # the peers' code (bench/drill/peers.rb)
 #
-# Setups: process, host, fleet, recommended (ours), stoplight, semian,
-# circuitbox (the peers, loaded from their git repositories at run time:
-# DIR/bolshakov+stoplight/repo, DIR/Shopify+semian/repo,
-# DIR/yammer+circuitbox/repo, each at its newest release that supports this
-# Ruby; a peer whose repository is missing is skipped and said so).
+# Setups: process, host, fleet, recommended, recommended-cap (ours),
+# stoplight, semian, semian-bulkhead, circuitbox (the peers, from their
+# installed gems or DRILL_SOURCES; a peer found nowhere is skipped, and
+# said so).
 
 $stdout.sync = true
 
@@ -31,38 +29,44 @@ require "fileutils"
 require "json"
 require "net/http"
 require "rbconfig"
-require "rubygems"
 require "socket"
 require "tmpdir"
 require_relative "../../spec/support/db_servers"
 require_relative "../../spec/support/redis_server"
+require_relative "peers"
+require_relative "report"
 
 module Drill
   ROOT = File.expand_path("../..", __dir__)
-  PHASES = %w[healthy errors hanging recovered].freeze
-  OURS = %w[process host fleet recommended].freeze
-  PEERS = { "stoplight" => "bolshakov+stoplight", "semian" => "Shopify+semian",
-            "circuitbox" => "yammer+circuitbox" }.freeze
+  PHASES = Report::PHASES
+  OURS = %w[process host fleet recommended recommended-cap].freeze
+  PEERS = Peers::GEMS.keys.freeze
   CLIENT_TIMEOUT = 10 # seconds a load request waits for the app
-  CLIENTS = 128       # load threads: the schedule lags only past this many requests in flight
+  CLIENTS = 128       # load threads per route: the schedule lags only past this many requests in flight
   HANG = 3            # seconds the hanging upstream holds a request (past the 1 s read timeout)
-  DEADLINE = 60       # seconds to boot the app, and to drain after the last request
+  SLOW = [0.6, 0.9].freeze # seconds the slow upstream takes to answer (inside the 1 s read timeout)
+  DEADLINE = 60 # seconds to boot the app, and to drain after the last request
+  # Puma's workers × threads per setup: 8 threads for the host either way.
+  CLUSTER = Hash.new([2, 4]).merge("semian-bulkhead" => [8, 1]).freeze
 
-  Result = Struct.new(:setup, :description, :upstream, :requests, :lengths, keyword_init: true)
+  Result = Struct.new(:setup, :description, :upstream, :requests, :page, :lengths, :load, keyword_init: true)
 
   module_function
 
   def main(argv)
-    setups = argv.empty? ? OURS + PEERS.keys : argv
-    unknown = setups - OURS - PEERS.keys
-    abort "drill: unknown setup(s) #{unknown.join(', ')} (known: #{(OURS + PEERS.keys).join(', ')})" unless unknown.empty?
-    lengths = ENV.fetch("DRILL_PHASES", "10,20,20,40").split(",").map { |s| Float(s) }
-    abort "drill: DRILL_PHASES needs 4 lengths" unless lengths.size == 4 && lengths.all?(&:positive?)
+    setups = argv.empty? ? OURS + PEERS : argv
+    unknown = setups - OURS - PEERS
+    abort "drill: unknown setup(s) #{unknown.join(', ')} (known: #{(OURS + PEERS).join(', ')})" unless unknown.empty?
+    lengths = ENV.fetch("DRILL_PHASES", "10,20,20,20,40").split(",").map { |s| Float(s) }
+    unless lengths.size == PHASES.size && lengths.all?(&:positive?)
+      abort "drill: DRILL_PHASES needs #{PHASES.size} positive lengths in seconds (#{PHASES.join(', ')})"
+    end
     rate = Float(ENV.fetch("DRILL_RATE", "100"))
+    page_rate = Float(ENV.fetch("DRILL_PAGE_RATE", "10"))
     runs = Integer(ENV.fetch("DRILL_RUNS", "1"))
     puts "Ruby #{RUBY_DESCRIPTION}, Puma #{puma_version}, #{Etc.nprocessors} CPUs, load average #{loadavg}"
     puts "phases #{PHASES.zip(lengths).map { |p, l| "#{p} #{l.round(1)} s" }.join(' → ')}, " \
-         "#{rate.round} requests/s, #{runs} run(s) per setup"
+         "#{rate.round} requests/s, #{page_rate.round} to the unrelated page, #{runs} run(s) per setup"
     results = []
     Dir.mktmpdir("drill-") do |tmp|
       setups.each do |setup|
@@ -72,16 +76,17 @@ module Drill
           next
         end
         runs.times do |i|
-          result = run_once(setup, env, lengths, rate, tmp, "#{setup}-#{i}")
+          result = run_once(setup, env, lengths, [rate, page_rate], tmp, "#{setup}-#{i}")
           results << result
-          puts row(result)
+          puts Report.row(result)
         end
       end
     end
     puts
-    puts table(results)
-    puts
-    puts noise
+    puts Report.table(results)
+    verdict = Report.verdict(results)
+    puts "", verdict unless verdict.empty?
+    puts "", noise
   end
 
   def puma_version
@@ -94,73 +99,43 @@ module Drill
 
   # The environment of the app's process for `setup`, or why it is skipped.
   def setup_env(setup, tmp)
-    env = { "DRILL_SETUP" => setup, "RUBYLIB" => File.join(ROOT, "lib") }
-    return env if OURS.include?(setup)
-
-    lib = peer_lib(setup, tmp)
-    return lib unless lib.is_a?(Array)
-
-    env["RUBYLIB"] = (lib + [env["RUBYLIB"]]).join(File::PATH_SEPARATOR)
-    # Semian's circuit breaker without its sysv-semaphore C extension (the
-    # bulkhead, turned off under threads by its README).
-    env["SEMIAN_SEMAPHORES_DISABLED"] = "1" if setup == "semian"
-    env
-  end
-
-  # The peer's lib/ extracted from its git repository at its newest release
-  # whose gemspec admits this Ruby, plus a shim directory when needed.
-  def peer_lib(setup, tmp)
-    sources = ENV.fetch("DRILL_SOURCES", "/work/.mirror")
-    git = File.join(sources, PEERS.fetch(setup), "repo")
-    return "no repository at #{git} (DRILL_SOURCES)" unless File.directory?(git)
-
-    tag = newest_release(git, setup)
-    return "no release of #{setup} in #{git} supports Ruby #{RUBY_VERSION}" unless tag
-
-    dir = File.join(tmp, "#{setup}-#{tag}")
-    FileUtils.mkdir_p(dir)
-    system("git --git-dir=#{git} archive #{tag} lib | tar -x -C #{dir}", exception: true)
-    puts "#{setup}: #{tag} from #{git}"
-    [File.join(dir, "lib")] + shims(setup, tmp)
-  end
-
-  def newest_release(git, name)
-    tags = `git --git-dir=#{git} tag`.split.select { |t| t.match?(/\Av\d+(\.\d+)*\z/) }
-    tags.sort_by { |t| Gem::Version.new(t.delete_prefix("v")) }.reverse.find do |tag|
-      spec = `git --git-dir=#{git} show #{tag}:#{name}.gemspec 2>/dev/null`
-      requirement = spec[/required_ruby_version\s*=\s*["']([^"']+)["']/, 1]
-      requirement && Gem::Requirement.new(requirement).satisfied_by?(Gem::Version.new(RUBY_VERSION))
+    workers, threads = CLUSTER[setup]
+    env = { "DRILL_SETUP" => setup, "RUBYLIB" => File.join(ROOT, "lib"), "DRILL_WORKERS" => workers.to_s,
+            "DRILL_THREADS" => threads.to_s }
+    if OURS.include?(setup)
+      missing = missing_option(setup, env)
+      return missing || env
     end
+
+    peer = Peers.env(setup, tmp, method(:puts))
+    return peer if peer.is_a?(String)
+
+    env.merge(peer).merge("RUBYLIB" => [peer["RUBYLIB"], env["RUBYLIB"]].reject { |p| p.to_s.empty? }
+                                                                         .join(File::PATH_SEPARATOR))
   end
 
-  # Stoplight 4 requires redlock (not packaged by Debian) when it loads its
-  # Redis store, which the drill does not use (its default store is in
-  # memory): a stand-in that refuses to be used.
-  def shims(setup, tmp)
-    return [] unless setup == "stoplight" && !system(RbConfig.ruby, "-e", "require 'redlock'", err: File::NULL)
+  # Why this build cannot run `setup` (an option of its settings it does
+  # not know yet), or nil.
+  def missing_option(setup, env)
+    return unless setup == "recommended-cap"
 
-    dir = File.join(tmp, "shims")
-    FileUtils.mkdir_p(dir)
-    File.write(File.join(dir, "redlock.rb"), <<~RUBY)
-      # The drill's stand-in: Stoplight's Redis store is not used.
-      module Redlock
-        class Client
-          def initialize(*)
-            raise NotImplementedError, "redlock is not installed (the drill uses Stoplight's memory store)"
-          end
-        end
-      end
-    RUBY
-    [dir]
+    script = 'require "circuit_breaker"; require_relative ARGV[0]; ' \
+             "CircuitBreaker.new(**Drill.recommended_cap)"
+    out = IO.popen([env, RbConfig.ruby, "-rnet/http", "-e", script, File.join(__dir__, "setups.rb"),
+                    { err: %i[child out] }], &:read)
+    return if $?.success?
+
+    "this build of circuit_breaker refuses its settings: #{out.lines.first.to_s.strip}"
   end
 
-  def run_once(setup, env, lengths, rate, tmp, id)
+  def run_once(setup, env, lengths, rates, tmp, id)
     dir = File.join(tmp, id)
     FileUtils.mkdir_p(dir)
+    load_before = loadavg
     redis = RedisServer.start if setup == "fleet"
     upstream_port_file = File.join(dir, "upstream.port")
     upstream = Process.spawn(RbConfig.ruby, File.join(__dir__, "upstream.rb"), upstream_port_file,
-                             *lengths.map(&:to_s), HANG.to_s, pgroup: true, out: File::NULL)
+                             *lengths.map(&:to_s), HANG.to_s, *SLOW.map(&:to_s), pgroup: true, out: File::NULL)
     wait_for("the upstream") { File.exist?(upstream_port_file) }
     upstream_port = Integer(File.read(upstream_port_file))
     port = DbServers.free_port
@@ -169,55 +144,75 @@ module Drill
                         "DRILL_NAME" => "drill-#{Process.pid}-#{id}", "RAILS_ENV" => nil, "APP_ENV" => nil,
                         "RACK_ENV" => nil)
     app_env["DRILL_REDIS_URL"] = redis.url if redis
+    workers = Integer(app_env.fetch("DRILL_WORKERS"))
     puma = Process.spawn(app_env, "puma", "-C", File.join(__dir__, "puma.rb"),
                          pgroup: true, in: File::NULL, %i[out err] => log)
     begin
-      wait_for("Puma's 2 workers (#{log})") do
+      wait_for("Puma's #{workers} workers (#{log})") do
         abort "drill: Puma exited:\n#{File.read(log)}" if Process.wait(puma, Process::WNOHANG)
-        File.read(log).scan(/Worker \d+ \(PID: \d+\) booted/).size >= 2 && get(port, "/ready")&.code == "200"
+        File.read(log).scan(/Worker \d+ \(PID: \d+\) booted/).size >= workers && get(port, "/ready")&.code == "200"
       end
       description = File.read(log)[/drill app: (.*)$/, 1]
       t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.5
       get(upstream_port, "/__start?t0=#{t0}")
-      requests = load(port, t0, lengths.sum, rate)
+      requests, page = load(port, t0, lengths.sum, rates)
       counts = JSON.parse(get(upstream_port, "/__stats").body)
-      Result.new(setup: setup, description: description, upstream: counts, requests: requests, lengths: lengths)
+      Result.new(setup: setup, description: description, upstream: counts, requests: requests, page: page,
+                 lengths: lengths, load: "#{load_before} → #{loadavg}")
     ensure
       stop(puma)
       stop(upstream)
       redis&.stop
+      destroy_bulkhead(app_env) if setup == "semian-bulkhead"
     end
   end
 
-  # Sends `duration × rate` requests, request i at t0 + i / rate, from a
-  # pool of CLIENTS threads; a request's latency counts from its scheduled
-  # time, so a lagging schedule shows in it. Returns [time, status, latency]
-  # per request (status 0: no answer within CLIENT_TIMEOUT).
-  def load(port, t0, duration, rate)
-    count = (duration * rate).floor
-    queue = Queue.new
-    count.times { |i| queue << i }
-    queue.close
-    results = Array.new(count)
+  # Semian's bulkhead is a SysV semaphore set, which outlives the
+  # processes that used it: removed once Puma has stopped.
+  def destroy_bulkhead(env)
+    script = "require 'net/http'; require_relative ARGV[0]; Drill.destroy_semian_bulkhead"
+    return if system(env, RbConfig.ruby, "-e", script, File.join(__dir__, "setups.rb"))
+
+    warn "drill: Semian's semaphore set for #{env['DRILL_NAME']} may be left (ipcs -s)"
+  end
+
+  # Sends `duration × rate` requests to the app's / and `duration ×
+  # page_rate` to its unrelated page /page, request i of each at t0 + i /
+  # rate, each route from its own pool of CLIENTS threads; a request's
+  # latency counts from its scheduled time, so a lagging schedule shows in
+  # it. Returns, per route, [time, status, latency] per request (status 0:
+  # no answer within CLIENT_TIMEOUT; its latency is then the time it
+  # waited).
+  def load(port, t0, duration, rates)
     deadline = t0 + duration + DEADLINE
-    threads = Array.new(CLIENTS) do
-      Thread.new do
-        while (i = queue.pop)
-          at = t0 + (i / rate)
-          pause = at - Process.clock_gettime(Process::CLOCK_MONOTONIC)
-          sleep pause if pause.positive?
-          status = begin
-            Integer(get(port, "/", timeout: CLIENT_TIMEOUT).code)
-          rescue StandardError
-            0
+    routes = ["/", "/page"].zip(rates).map do |path, rate|
+      count = (duration * rate).floor
+      queue = Queue.new
+      count.times { |i| queue << i }
+      queue.close
+      results = Array.new(count)
+      threads = Array.new([CLIENTS, count].min) do
+        Thread.new do
+          while (i = queue.pop)
+            at = t0 + (i / rate)
+            pause = at - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+            sleep pause if pause.positive?
+            status = begin
+              Integer(get(port, path, timeout: CLIENT_TIMEOUT)&.code || 0)
+            rescue StandardError
+              0
+            end
+            results[i] = [i / rate, status, Process.clock_gettime(Process::CLOCK_MONOTONIC) - at]
           end
-          results[i] = [i / rate, status, Process.clock_gettime(Process::CLOCK_MONOTONIC) - at]
         end
       end
+      [threads, results]
     end
-    threads.each { |t| t.join([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max) }
-    threads.each(&:kill)
-    results.compact
+    routes.flat_map(&:first).each do |t|
+      t.join([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max)
+    end
+    routes.flat_map(&:first).each(&:kill)
+    routes.map { |_, results| results.compact }
   end
 
   def get(port, path, timeout: 2)
@@ -244,67 +239,6 @@ module Drill
     Process.wait(pid)
   rescue Errno::ESRCH, Errno::ECHILD
     nil
-  end
-
-  # The figures of one run.
-  def figures(result)
-    lengths = result.lengths
-    starts = lengths.each_index.map { |i| lengths.first(i).sum }
-    recovered_at = starts[3]
-    by_phase = result.requests.group_by { |t, _, _| PHASES[starts.rindex { |s| t >= s }] }
-    latency = PHASES.to_h do |phase|
-      ms = (by_phase[phase] || []).map { |_, _, l| l * 1000 }.sort
-      [phase, ms.empty? ? nil : [percentile(ms, 0.5), percentile(ms, 0.99)]]
-    end
-    after = result.requests.select { |t, _, _| t >= recovered_at }
-    { failing: result.upstream.fetch("errors", 0), hung: result.requests.count { |_, s, _| s == 504 },
-      latency: latency, recovery: recovery(after, recovered_at, recovered_at + lengths[3]),
-      rejected_after: after.count { |_, s, _| s == 503 },
-      lost: result.requests.count { |_, s, _| s.zero? } }
-  end
-
-  def percentile(sorted, q)
-    sorted[[(q * sorted.size).ceil - 1, 0].max]
-  end
-
-  # Seconds from `from` to the end of the last 1 s window (in steps of
-  # 0.1 s) under 95 % success; nil when the run ended under it.
-  def recovery(requests, from, to)
-    last_bad = nil
-    start = from
-    while start + 1 <= to + 1e-9
-      window = requests.select { |t, _, _| t >= start && t < start + 1 }
-      ok = window.count { |_, s, _| s == 200 }
-      last_bad = start if window.empty? || ok < 0.95 * window.size
-      start += 0.1
-    end
-    return 0.0 if last_bad.nil?
-    return nil if last_bad + 1 > to - 1
-
-    last_bad + 1 - from
-  end
-
-  def row(result)
-    f = figures(result)
-    "#{result.setup}: #{result.description}: #{f[:failing]} failing calls reached the upstream, " \
-      "#{f[:hung]} waited for the timeout, recovery #{fmt_recovery(f[:recovery], result.lengths[3])}, " \
-      "#{f[:rejected_after]} 503s after recovery#{", #{f[:lost]} unanswered" if f[:lost].positive?}"
-  end
-
-  def fmt_recovery(seconds, length)
-    seconds ? format("%.1f s", seconds) : "> #{(length - 1).round} s"
-  end
-
-  def table(results)
-    header = ["setup", "failing calls reaching the upstream", "waited for the timeout",
-              *PHASES.map { |p| "p50/p99 ms, #{p}" }, "healthy → 95 %", "503s after recovery"]
-    rows = results.map do |r|
-      f = figures(r)
-      [r.setup, f[:failing], f[:hung],
-       *PHASES.map { |p| f[:latency][p] ? f[:latency][p].map { |x| x.round.to_s }.join(" / ") : "—" },
-       fmt_recovery(f[:recovery], r.lengths[3]), f[:rejected_after]]
-    end
-    ([header, header.map { |h| "-" * h.to_s.size }] + rows).map { |cells| "| #{cells.join(' | ')} |" }.join("\n")
   end
 
   # How often the default breaker trips on a steady 20 % of errors at 100

@@ -41,18 +41,38 @@ module Drill
       ramp: [0.1, 0.3, 0.6, 1.0], half_open_calls: 5, advance_rate: 0.9, reopen_rate: 0.5 }
   end
 
+  # docs/rails.md's settings with a host-wide cap of 4 calls in flight
+  # (DRILL_CAP): half of the host's 8 Puma threads, so at least 4 are
+  # left to the pages that do not call this dependency.
+  def recommended_cap
+    recommended.merge(max_concurrent: Integer(ENV.fetch("DRILL_CAP", "4")))
+  end
+
   # @return [Guard] the setup named `name` (DRILL_SETUP)
   def guard(name)
+    activate_peer
     case name
     when "process" then ours("CircuitBreaker.for(name, shared: false)", shared: false)
     when "host" then ours("CircuitBreaker.for(name)")
     when "fleet" then ours("CircuitBreaker.for(name, fleet: unix socket)", fleet: ENV.fetch("DRILL_REDIS_URL"))
     when "recommended" then ours("CircuitBreaker.for(name, **docs/rails.md)") { recommended }
+    when "recommended-cap"
+      ours("CircuitBreaker.for(name, **docs/rails.md, max_concurrent: #{recommended_cap[:max_concurrent]})") do
+        recommended_cap
+      end
     when "stoplight" then stoplight
     when "semian" then semian
+    when "semian-bulkhead" then semian(bulkhead: true)
     when "circuitbox" then circuitbox
     else raise ArgumentError, "unknown drill setup #{name.inspect}"
     end
+  end
+
+  # A peer from its installed gem (DRILL_GEM=name=version, set by
+  # bench/drill/peers.rb); one from DRILL_SOURCES is on RUBYLIB instead.
+  def activate_peer
+    name, version = ENV.fetch("DRILL_GEM", "").split("=", 2)
+    gem(name, "= #{version}") if name && version
   end
 
   def ours(description, **options)
@@ -74,15 +94,40 @@ module Drill
   end
 
   # Semian has no defaults: its README's Net::HTTP settings (1 success
-  # closes, 3 errors open, 10 s), circuit breaker only (the README turns
-  # bulkheads off under threads).
-  def semian
+  # closes, 3 errors open, 10 s). Circuit breaker only (its README turns
+  # bulkheads off under threads), or with `bulkhead:` its bulkhead too,
+  # the way the README allows it (processes of one thread each, Puma's 8
+  # workers × 1 thread here): DRILL_CAP tickets (4) for the host, a call
+  # finding none rejected at once (timeout 0), as ours is at its cap.
+  def semian(bulkhead: false)
     require "semian"
-    Semian.register(:drill_upstream, bulkhead: false, success_threshold: 1, error_threshold: 3, error_timeout: 10,
-                                     exceptions: FAILURES)
-    resource = Semian[:drill_upstream]
-    Guard.new(description: "Semian #{Semian::VERSION} README settings", runner: ->(block) { resource.acquire(&block) },
-              rejections: [Semian::OpenCircuitError])
+    options = { success_threshold: 1, error_threshold: 3, error_timeout: 10, exceptions: FAILURES }
+    description = "Semian #{Semian::VERSION} README settings"
+    if bulkhead
+      tickets = Integer(ENV.fetch("DRILL_CAP", "4"))
+      options.update(bulkhead: true, tickets: tickets, timeout: 0)
+      description += ", bulkhead: #{tickets} tickets host-wide, timeout 0, " \
+                     "#{ENV.fetch('DRILL_WORKERS')} workers × #{ENV.fetch('DRILL_THREADS')} thread"
+    else
+      options[:bulkhead] = false
+    end
+    resource = Semian.register(semian_name, **options)
+    Guard.new(description: description, runner: ->(block) { resource.acquire(&block) },
+              rejections: [Semian::OpenCircuitError, *(Semian::TimeoutError if bulkhead)])
+  end
+
+  # One name per run: a bulkhead's SysV semaphore set outlives the
+  # processes (bench/drill/run.rb removes it after the run).
+  def semian_name
+    ENV.fetch("DRILL_NAME", "drill-upstream").tr("-", "_").to_sym
+  end
+
+  # Removes the bulkhead's semaphore set (run by bench/drill/run.rb once
+  # Puma has stopped).
+  def destroy_semian_bulkhead
+    activate_peer
+    require "semian"
+    Semian::Resource.new(semian_name, tickets: 1).destroy
   end
 
   # Circuitbox's defaults (50 % of at least 5 calls over 60 s, 90 s open).

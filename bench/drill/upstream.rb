@@ -3,26 +3,33 @@
 # The drill's upstream (docs/development.md, "rake drill"): a real HTTP
 # server on 127.0.0.1 that goes through the phases of
 # bench/drill/run.rb — healthy, answering 500, hanging past the client's
-# read timeout, healthy again — timed from a start the driver sends it, on
-# the system-wide monotonic clock. It counts what reached it in each phase.
+# read timeout, slow (answering inside it), healthy again — timed from a
+# start the driver sends it, on the system-wide monotonic clock. It counts
+# what reached it in each phase.
 #
-#   ruby bench/drill/upstream.rb PORT_FILE HEALTHY ERRORS HANGING RECOVERED HANG_SECONDS
+#   ruby bench/drill/upstream.rb PORT_FILE HEALTHY ERRORS HANGING SLOW RECOVERED HANG_SECONDS SLOW_MIN SLOW_MAX
+#
+# In the slow phase each request waits between SLOW_MIN and SLOW_MAX
+# seconds (uniform, fixed seed) before its 200.
 #
 # Control requests: GET /__start?t0=SECONDS (the monotonic time phase 1
-# begins), GET /__stats (JSON counts), GET /__reset.
+# begins), GET /__stats (JSON counts).
 
 require "socket"
 require "json"
 
+PHASES = %w[healthy errors hanging slow recovered].freeze
 port_file, *numbers = ARGV
-lengths = numbers.first(4).map { |n| Float(n) }
-hang = Float(numbers.fetch(4))
-PHASES = %w[healthy errors hanging recovered].freeze
-ENDS = lengths.each_with_index.map { |_, i| lengths.first(i + 1).sum }.freeze
+abort "usage: upstream.rb PORT_FILE #{PHASES.join(' ').upcase} HANG SLOW_MIN SLOW_MAX" unless numbers.size == 8
+
+lengths = numbers.first(5).map { |n| Float(n) }
+hang, slow_min, slow_max = numbers.last(3).map { |n| Float(n) }
+ENDS = lengths.each_index.map { |i| lengths.first(i + 1).sum }.freeze
 
 start = nil
 counts = Hash.new(0)
 lock = Mutex.new
+random = Random.new(35)
 
 phase_at = lambda do |now|
   return "before" if start.nil? || now < start
@@ -57,13 +64,20 @@ loop do
       reply.call(socket, 200, lock.synchronize { JSON.generate(counts) })
     else
       phase = phase_at.call(Process.clock_gettime(Process::CLOCK_MONOTONIC))
-      lock.synchronize { counts[phase] += 1 }
+      pause = lock.synchronize do
+        counts[phase] += 1
+        random.rand(slow_min..slow_max) if phase == "slow"
+      end
       case phase
       when "errors" then reply.call(socket, 500, "failing")
       when "hanging"
         # Longer than the client's read timeout; the client gives up first.
         sleep hang
         reply.call(socket, 200, "late")
+      when "slow"
+        # Inside the client's read timeout: the call succeeds, late.
+        sleep pause
+        reply.call(socket, 200, "slow")
       else reply.call(socket, 200, "ok")
       end
     end
