@@ -10,7 +10,7 @@
 //! choice between the two ([`place`]), and the fleet syncer's wake
 //! ([`wake`]). Nothing here knows about Ruby.
 
-pub use circuit_breaker_rules::{breaker, check, config, counters, fleet, ramp, state, time, window};
+pub use circuit_breaker_rules::{breaker, check, concurrency, config, counters, fleet, ramp, state, time, window};
 
 pub mod clock;
 pub mod hashing;
@@ -22,9 +22,9 @@ pub mod store;
 pub mod wake;
 
 pub use circuit_breaker_rules::{
-    Breaker, Bucket, Buckets, Config, ConfigError, CountWindow, Counters, Counts, Decision, Metrics, Options, Outcome,
-    Permit, PlacedWindow, ProbeTimeout, Reason, Rejection, RelSlice, Slots, State, TimeWindow, Transition, Transitions,
-    Window, WindowSpec,
+    AdaptiveLimit, AdaptiveSettings, Breaker, Bucket, Buckets, Config, ConfigError, CountWindow, Counters, Counts,
+    Decision, Metrics, Options, Outcome, Permit, PlacedWindow, ProbeTimeout, Reason, Rejection, RelSlice, Slots, State,
+    TimeWindow, Transition, Transitions, Window, WindowSpec,
 };
 pub use clock::{Clock, CoarseClock, HostClock, ManualClock, MonotonicClock, Nanos};
 pub use place::Place;

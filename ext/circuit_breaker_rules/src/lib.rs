@@ -6,7 +6,8 @@
 //! ([`state`]), cumulative [`counters`], validated configuration
 //! ([`config`]), the fleet's rules and wire format ([`fleet`], with the
 //! fleet's view kept in a breaker's record, [`mirror`]), and time as plain
-//! integers ([`time`]). Time is an argument (`now`); every value is plain
+//! integers ([`time`]), and the adaptive concurrency cap
+//! ([`concurrency`]). Time is an argument (`now`); every value is plain
 //! data of a fixed layout, so a record may live in memory that several
 //! processes map.
 //!
@@ -18,6 +19,7 @@
 
 pub mod breaker;
 pub mod check;
+pub mod concurrency;
 pub mod config;
 pub mod counters;
 pub mod fleet;
@@ -29,6 +31,7 @@ pub mod time;
 pub mod window;
 
 pub use breaker::{Breaker, Decision, Metrics, Outcome, Permit, Rejection, Transition, Transitions};
+pub use concurrency::{AdaptiveLimit, AdaptiveSettings};
 pub use config::{Config, ConfigError, Options, ProbeTimeout};
 pub use counters::Counters;
 pub use state::{Reason, State};
