@@ -24,6 +24,7 @@ class CircuitBreaker
     :half_open_calls, :ramp, :advance_rate, :reopen_rate, :record_errors, :ignore_errors, :failure_if,
     :half_open_timeout, :probe_timeout, :min_stage_duration, :backoff, :max_open_duration, :jitter, :name, :clock,
     :logger, :shared, :namespace, :fleet, :fleet_interval, :fleet_quorum, :max_concurrent, :max_wait,
+    :adaptive_initial, :adaptive_min, :adaptive_max, :adaptive_smoothing,
     # The seeds' `probe_ratio:` r and `half_open_window:` w, as written (nil:
     # not given): the binding makes them `ramp: [r]` and `half_open_calls:
     # max(1, floor(w * r))`, each checked under its own name.
@@ -46,7 +47,8 @@ class CircuitBreaker
       record_errors: [StandardError].freeze, ignore_errors: [].freeze, failure_if: nil, half_open_timeout: nil,
       probe_timeout: nil, min_stage_duration: 0, backoff: 1.0, max_open_duration: nil, jitter: 0.0, name: nil,
       clock: nil, logger: nil, shared: nil, namespace: nil, fleet: nil, fleet_interval: nil, fleet_quorum: nil,
-      probe_ratio: nil, half_open_window: nil, max_concurrent: nil, max_wait: 0
+      probe_ratio: nil, half_open_window: nil, max_concurrent: nil, max_wait: 0,
+      adaptive_initial: nil, adaptive_min: nil, adaptive_max: nil, adaptive_smoothing: nil
     }.freeze
 
     # The seeds' one-for-one aliases: alias => the option it stands for.

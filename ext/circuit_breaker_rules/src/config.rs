@@ -7,6 +7,7 @@
 
 pub use crate::check::ConfigError;
 use crate::check::{check_f64, check_int, out_of_range};
+use crate::concurrency::AdaptiveSettings;
 use crate::hashing::Fnv;
 use crate::time::{nanos_from_secs, Nanos};
 
@@ -49,8 +50,9 @@ pub enum Concurrency {
     Unlimited,
     /// At most this many calls in flight (1..=[`MAX_CONCURRENT`]).
     Fixed(u32),
-    /// A cap the adaptive rule sets, starting at `initial`.
-    Adaptive { initial: u32 },
+    /// A cap the adaptive rule sets (crate::concurrency), with its
+    /// settings.
+    Adaptive(AdaptiveSettings),
 }
 
 impl Concurrency {
@@ -58,7 +60,8 @@ impl Concurrency {
     pub fn initial(self) -> Option<u32> {
         match self {
             Concurrency::Unlimited => None,
-            Concurrency::Fixed(n) | Concurrency::Adaptive { initial: n } => Some(n),
+            Concurrency::Fixed(n) => Some(n),
+            Concurrency::Adaptive(s) => Some(s.initial),
         }
     }
 }
@@ -67,9 +70,6 @@ impl Concurrency {
 pub const MAX_CONCURRENT: i64 = 100_000;
 /// The longest `max_wait:`, in seconds.
 pub const MAX_WAIT_SECS: f64 = 60.0;
-/// The cap `max_concurrent: :adaptive` starts with until the adaptive rule
-/// is wired in: its `adaptive_initial` default.
-pub const ADAPTIVE_INITIAL: u32 = 20;
 
 /// The breaker's options as plain values, before validation. Field meanings
 /// and defaults are those of docs/configuration.md; see [`Config`].
@@ -105,6 +105,12 @@ pub struct Options {
     pub max_concurrent: MaxConcurrent,
     /// Seconds a call waits for a slot at the cap (0: none).
     pub max_wait: f64,
+    /// The adaptive cap's settings (None: not given, the default); only
+    /// with `max_concurrent: :adaptive` (crate::concurrency).
+    pub adaptive_initial: Option<i64>,
+    pub adaptive_min: Option<i64>,
+    pub adaptive_max: Option<i64>,
+    pub adaptive_smoothing: Option<f64>,
 }
 
 impl Default for Options {
@@ -128,6 +134,10 @@ impl Default for Options {
             consecutive_failures: DEFAULT_CONSECUTIVE_FAILURES,
             max_concurrent: MaxConcurrent::Unlimited,
             max_wait: 0.0,
+            adaptive_initial: None,
+            adaptive_min: None,
+            adaptive_max: None,
+            adaptive_smoothing: None,
         }
     }
 }
@@ -243,8 +253,25 @@ impl Config {
         let max_concurrent = match o.max_concurrent {
             MaxConcurrent::Unlimited => Concurrency::Unlimited,
             MaxConcurrent::Fixed(n) => Concurrency::Fixed(check_int("max_concurrent", CAP, n, 1, MAX_CONCURRENT)?),
-            MaxConcurrent::Adaptive => Concurrency::Adaptive { initial: ADAPTIVE_INITIAL },
+            MaxConcurrent::Adaptive => Concurrency::Adaptive(AdaptiveSettings::check(
+                o.adaptive_initial,
+                o.adaptive_min,
+                o.adaptive_max,
+                o.adaptive_smoothing,
+            )?),
         };
+        if !matches!(max_concurrent, Concurrency::Adaptive(_)) {
+            const ONLY: &str = "given only with max_concurrent: :adaptive";
+            let given = [
+                ("adaptive_initial", o.adaptive_initial.map(|v| v.to_string())),
+                ("adaptive_min", o.adaptive_min.map(|v| v.to_string())),
+                ("adaptive_max", o.adaptive_max.map(|v| v.to_string())),
+                ("adaptive_smoothing", o.adaptive_smoothing.map(|v| v.to_string())),
+            ];
+            if let Some((name, Some(v))) = given.into_iter().find(|(_, v)| v.is_some()) {
+                return Err(out_of_range(name, ONLY, v));
+            }
+        }
         let max_wait =
             check_f64("max_wait", "a finite number of seconds in 0..60", o.max_wait, 0.0, false, MAX_WAIT_SECS)?;
         let max_wait = nanos_from_secs(max_wait);
@@ -353,7 +380,8 @@ impl Config {
         for &share in ramp {
             h = h.i64(share as i64);
         }
-        h.f64(*advance_rate)
+        h = h
+            .f64(*advance_rate)
             .f64(*reopen_rate)
             .i64(half_open_timeout.unwrap_or(-1))
             .i64(probe_timeout.unwrap_or(-1))
@@ -366,9 +394,12 @@ impl Config {
             .i64(match max_concurrent {
                 Concurrency::Unlimited => -1,
                 Concurrency::Fixed(n) => i64::from(*n),
-                Concurrency::Adaptive { .. } => -2,
-            })
-            .finish()
+                Concurrency::Adaptive(_) => -2,
+            });
+        if let Concurrency::Adaptive(s) = max_concurrent {
+            h = s.fingerprint(h);
+        }
+        h.finish()
     }
 }
 
@@ -416,7 +447,8 @@ mod tests {
         assert_eq!(with(|_| ()).unwrap().max_concurrent, Concurrency::Unlimited);
         assert_eq!(with(|o| o.max_concurrent = MaxConcurrent::Fixed(3)).unwrap().max_concurrent, Concurrency::Fixed(3));
         let adaptive = with(|o| o.max_concurrent = MaxConcurrent::Adaptive).unwrap().max_concurrent;
-        assert_eq!(adaptive.initial(), Some(ADAPTIVE_INITIAL));
+        assert_eq!(adaptive, Concurrency::Adaptive(AdaptiveSettings::default()));
+        assert_eq!(adaptive.initial(), Some(20));
         for bad in [0, -1, 100_001, i64::MAX] {
             let e = with(|o| o.max_concurrent = MaxConcurrent::Fixed(bad)).unwrap_err();
             assert_eq!(
@@ -426,6 +458,45 @@ mod tests {
         }
         let fixed = |n| with(|o| o.max_concurrent = MaxConcurrent::Fixed(n)).unwrap().fingerprint();
         assert_ne!(fixed(3), fixed(4), "processes with other caps never share a file");
+    }
+
+    #[test]
+    fn adaptive_settings_are_checked_and_only_with_adaptive() {
+        let adaptive = |f: &dyn Fn(&mut Options)| {
+            with(|o| {
+                o.max_concurrent = MaxConcurrent::Adaptive;
+                f(o)
+            })
+        };
+        let c = adaptive(&|o| {
+            o.adaptive_min = Some(2);
+            o.adaptive_max = Some(40);
+            o.adaptive_initial = Some(10);
+            o.adaptive_smoothing = Some(0.5);
+        })
+        .unwrap();
+        assert_eq!(
+            c.max_concurrent,
+            Concurrency::Adaptive(AdaptiveSettings { initial: 10, min: 2, max: 40, smoothing: 0.5 })
+        );
+        let e = adaptive(&|o| o.adaptive_max = Some(0)).unwrap_err();
+        assert_eq!(e.to_string(), "adaptive_max must be an Integer in adaptive_min..100_000 (got 0)");
+        for fixed in [MaxConcurrent::Unlimited, MaxConcurrent::Fixed(3)] {
+            let e = with(|o| {
+                o.max_concurrent = fixed;
+                o.adaptive_smoothing = Some(0.5);
+            })
+            .unwrap_err();
+            assert_eq!(e.to_string(), "adaptive_smoothing must be given only with max_concurrent: :adaptive (got 0.5)");
+            let e = with(|o| {
+                o.max_concurrent = fixed;
+                o.adaptive_min = Some(2);
+            })
+            .unwrap_err();
+            assert_eq!(e.name, "adaptive_min");
+        }
+        let smoothing = |x| adaptive(&|o| o.adaptive_smoothing = Some(x)).unwrap().fingerprint();
+        assert_ne!(smoothing(0.2), smoothing(0.3), "processes with other settings never share a file");
     }
 
     #[test]

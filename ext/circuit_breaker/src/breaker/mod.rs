@@ -382,6 +382,10 @@ impl Breaker {
             consecutive_failures: args::opt_integer(ruby, "consecutive_failures", g("consecutive_failures")?)?,
             max_concurrent: max_concurrent(ruby, g("max_concurrent")?)?,
             max_wait: float("max_wait")?,
+            adaptive_initial: args::opt_integer(ruby, "adaptive_initial", g("adaptive_initial")?)?,
+            adaptive_min: args::opt_integer(ruby, "adaptive_min", g("adaptive_min")?)?,
+            adaptive_max: args::opt_integer(ruby, "adaptive_max", g("adaptive_max")?)?,
+            adaptive_smoothing: opt_float("adaptive_smoothing")?,
         };
         Config::new(&options).map_err(|e| given.config_error(e))
     }
