@@ -212,7 +212,7 @@ mod tests {
             let mut g = store.try_lock().unwrap().expect("free");
             store.update(&mut g, |r| {
                 let p = store.published().admitting().expect("closed admits");
-                r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ns: 1.0 }, now)
+                r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ns: 1.0 }, now, 0)
             });
         }
     }

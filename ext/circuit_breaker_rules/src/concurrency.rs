@@ -150,10 +150,13 @@ impl AdaptiveSettings {
 }
 
 /// The adaptive cap's state: plain numbers, kept in a breaker's record.
+/// `Default` is all zeros: not started, the cap is the settings' `initial`
+/// until the first sample ([`AdaptiveLimit::current`]), as a record made
+/// without the settings at hand holds it.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct AdaptiveLimit {
-    /// The cap before rounding down, within `[min, max]`.
+    /// The cap before rounding down, within `[min, max]`; 0: not started.
     limit: f64,
     /// The no-load latency in nanoseconds; 0: no successful call yet.
     noload: f64,
@@ -183,6 +186,9 @@ impl AdaptiveLimit {
         // NaN, a clock gone back, or no end: no information.
         if latency_ns.is_nan() || latency_ns < 0.0 || latency_ns.is_infinite() {
             return;
+        }
+        if self.limit < 1.0 {
+            self.limit = f64::from(s.initial);
         }
         let x = latency_ns.clamp(FLOOR_NS, CEILING_NS);
         let used = f64::from(in_flight);
@@ -235,6 +241,16 @@ impl AdaptiveLimit {
         // `as` rounds down and saturates; the record holds a value within
         // [min, max], and a cap is never 0.
         (self.limit as u32).max(1)
+    }
+
+    /// The current cap under `s`: [`AdaptiveLimit::limit`], or `initial`
+    /// before the first sample of a default (not started) state.
+    pub fn current(&self, s: &AdaptiveSettings) -> u32 {
+        if self.limit < 1.0 {
+            s.initial
+        } else {
+            self.limit()
+        }
     }
 
     /// The no-load latency in nanoseconds (0: no successful call yet).

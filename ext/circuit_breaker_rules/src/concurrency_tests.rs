@@ -237,6 +237,15 @@ fn the_cap_starts_at_initial_and_knows_no_latency() {
 }
 
 #[test]
+fn a_default_state_starts_at_initial() {
+    let s = AdaptiveSettings { initial: 7, ..defaults() };
+    let mut cap = AdaptiveLimit::default();
+    assert_eq!(cap.current(&s), 7);
+    cap.sample(&s, 10e6, true, 1);
+    assert_eq!((cap.current(&s), cap.limit()), (7, 7));
+}
+
+#[test]
 fn nan_infinite_and_negative_latencies_change_nothing() {
     let s = defaults();
     let mut cap = AdaptiveLimit::new(&s);

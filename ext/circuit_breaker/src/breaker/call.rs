@@ -123,7 +123,7 @@ impl Breaker {
         let duration_ns = end.saturating_sub(start).max(0) as f64;
         if let (Ok(value), None) = (&result, this.failure_if) {
             // The common case, settled without the general matching below.
-            let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, Outcome::Success { duration_ns }, end))?;
+            let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, Outcome::Success { duration_ns }, end, 0))?;
             if !tr.is_empty() {
                 Self::notify(ruby, rb_self, &tr)?;
             }
@@ -201,7 +201,7 @@ impl Breaker {
                 Err(e) => (Outcome::Failure { duration_ns }, Some(e)),
             },
         };
-        let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, outcome, end))?;
+        let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, outcome, end, 0))?;
         if let Outcome::Failure { .. } = outcome {
             this.failed();
         }

@@ -208,7 +208,7 @@ impl Breaker {
             // A release decides nothing, so it has no transitions to report;
             // an interrupt that cut its wait for the lock (`Thread#kill`,
             // `Timeout`) goes on instead of the error.
-            this.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now))?;
+            this.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now, 0))?;
         }
         result
     }

@@ -90,7 +90,7 @@ impl Breaker {
         let permit = queue.map(take_oldest).transpose()?.flatten();
         let now = this.clock.now();
         let tr = this.finish(ruby, |b, w, c| match permit {
-            Some(p) => b.complete(w, c, p, outcome, now),
+            Some(p) => b.complete(w, c, p, outcome, now, 0),
             None => b.record_unpermitted(w, c, outcome, now),
         })?;
         if let Outcome::Failure { .. } = outcome {

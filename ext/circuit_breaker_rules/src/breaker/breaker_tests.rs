@@ -87,7 +87,7 @@ impl Rig {
     }
 
     fn complete(&mut self, p: Permit, o: Outcome, now: Nanos) -> Transitions {
-        self.b.complete(&mut self.w, &self.cfg, p, o, now)
+        self.b.complete(&mut self.w, &self.cfg, p, o, now, 0)
     }
 
     /// One permitted call that ends at once.
@@ -1406,7 +1406,7 @@ fn many_threads_never_exceed_the_probe_quota() {
                     running.fetch_sub(1, SeqCst);
                     let mut guard = shared.lock().unwrap();
                     let (b, w) = &mut *guard;
-                    b.complete(w, &cfg, permit, OK, clock.load(SeqCst));
+                    b.complete(w, &cfg, permit, OK, clock.load(SeqCst), 0);
                 }
             });
         }
@@ -1957,4 +1957,41 @@ fn a_step_a_little_behind_another_moves_nothing_that_matters() {
     assert_eq!(r.rejection(10 * SEC - MS).retry_after, Some(30 * SEC));
     assert_eq!(r.state(40 * SEC - MS - 1), Open);
     assert_eq!(r.state(40 * SEC - MS), HalfOpen);
+}
+
+#[test]
+fn settled_calls_feed_the_adaptive_cap_whatever_the_state() {
+    use crate::concurrency::AdaptiveSettings;
+    use crate::config::{Concurrency, MaxConcurrent};
+    let mut r = Rig::new(100, |o| o.max_concurrent = MaxConcurrent::Adaptive);
+    assert_eq!(r.cfg.max_concurrent, Concurrency::Adaptive(AdaptiveSettings::default()));
+    assert_eq!(r.b.concurrency_limit(&r.cfg), Some(20), "adaptive_initial before any call");
+    let mut now = 0;
+    let mut settle = |r: &mut Rig, o: Outcome, in_flight: u32| {
+        now += MS;
+        let p = r.permit(now);
+        r.b.complete(&mut r.w, &r.cfg, p, o, now, in_flight);
+    };
+    for _ in 0..50 {
+        settle(&mut r, Outcome::Success { duration_ns: 10.0e6 }, 20);
+    }
+    let grown = r.b.concurrency_limit(&r.cfg).unwrap();
+    assert!(grown > 20, "{grown}");
+    for _ in 0..50 {
+        settle(&mut r, Outcome::Success { duration_ns: 100.0e6 }, 20);
+    }
+    let fallen = r.b.concurrency_limit(&r.cfg).unwrap();
+    assert!(fallen <= 10, "{fallen}");
+    // Released calls say nothing; an older generation's still count.
+    let p = r.permit(now);
+    r.b.complete(&mut r.w, &r.cfg, p, Outcome::Released, now, 20);
+    assert_eq!(r.b.concurrency_limit(&r.cfg), Some(fallen));
+    r.b.trip(&mut r.w, &r.cfg, now);
+    r.b.complete(&mut r.w, &r.cfg, p, Outcome::Failure { duration_ns: 1.0e9 }, now, fallen);
+    assert!(r.b.concurrency_limit(&r.cfg).unwrap() < fallen);
+
+    let fixed = Rig::new(100, |o| o.max_concurrent = MaxConcurrent::Fixed(3));
+    assert_eq!(fixed.b.concurrency_limit(&fixed.cfg), Some(3));
+    let none = Rig::new(100, |_| ());
+    assert_eq!(none.b.concurrency_limit(&none.cfg), None);
 }

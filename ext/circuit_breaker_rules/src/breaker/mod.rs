@@ -40,7 +40,8 @@ pub use closed::trip_reason;
 pub use permit::{Decision, Outcome, Permit, Rejection, HALF_OPEN_RETRY_AFTER};
 pub use report::{Metrics, Transition, Transitions};
 
-use crate::config::Config;
+use crate::concurrency::AdaptiveLimit;
+use crate::config::{Concurrency, Config};
 use crate::counters::Counters;
 use crate::hashing::hash_layout;
 use crate::mirror::HostSide;
@@ -71,6 +72,9 @@ pub struct Breaker {
     /// Calls recorded as failures in a row while closed (0 after a success
     /// and at every transition): `consecutive_failures` opens on it.
     failure_streak: u32,
+    /// The adaptive concurrency cap (`max_concurrent: :adaptive`,
+    /// crate::concurrency), fed by every settled call; inert otherwise.
+    adaptive: AdaptiveLimit,
 }
 
 /// A breaker's state with the data only that state has. Plain data, stored
@@ -120,6 +124,7 @@ impl Breaker {
             rng: seed,
             fleet: HostSide::default(),
             failure_streak: 0,
+            adaptive: AdaptiveLimit::default(),
         }
     }
 
@@ -181,11 +186,25 @@ impl Breaker {
     pub fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
         let h = hash_layout!(h, enum State);
         let h = hash_layout!(h, enum Phase);
-        let h =
-            hash_layout!(h, Breaker { phase, generation, open_base, counters, tripped, rng, fleet, failure_streak });
+        let h = hash_layout!(
+            h,
+            Breaker { phase, generation, open_base, counters, tripped, rng, fleet, failure_streak, adaptive }
+        );
+        let h = crate::concurrency::layout(h);
         let h = hash_layout!(h, crate::counters::Counters { calls, successes, failures, slow, rejected, opened });
         let h = crate::mirror::layout(h);
         crate::ramp::layout(h)
+    }
+
+    /// The concurrency cap now: the fixed one, or the adaptive rule's
+    /// current one; None without a cap. Owners publish it where admission
+    /// reads it after every step that settles a call.
+    pub fn concurrency_limit(&self, cfg: &Config) -> Option<u32> {
+        match &cfg.max_concurrent {
+            Concurrency::Unlimited => None,
+            Concurrency::Fixed(n) => Some(*n),
+            Concurrency::Adaptive(s) => Some(self.adaptive.current(s)),
+        }
     }
 
     /// Half-open probes currently running in this generation.
@@ -241,8 +260,11 @@ impl Breaker {
         (decision, out)
     }
 
-    /// Settles a permitted call finished at `now`. An outcome from an
-    /// older generation, or of a probe that timed out, is dropped.
+    /// Settles a permitted call finished at `now`, begun with `in_flight`
+    /// calls in flight (its own included; 0: not counted). An outcome from
+    /// an older generation, or of a probe that timed out, is dropped from
+    /// the window; its latency still feeds the adaptive cap (it says how
+    /// fast the dependency answers, whatever the breaker's state).
     /// Inlined into each caller's locked step, one native call fewer on the
     /// success path (docs/performance.md).
     #[inline(always)]
@@ -253,9 +275,17 @@ impl Breaker {
         permit: Permit,
         outcome: Outcome,
         now: Nanos,
+        in_flight: u32,
     ) -> Transitions {
         let mut out = Transitions::default();
         self.apply_timers(w, cfg, now, &mut out);
+        if let Concurrency::Adaptive(s) = &cfg.max_concurrent {
+            match outcome {
+                Outcome::Success { duration_ns } => self.adaptive.sample(s, duration_ns, true, in_flight),
+                Outcome::Failure { duration_ns } => self.adaptive.sample(s, duration_ns, false, in_flight),
+                Outcome::Released => {}
+            }
+        }
         let mark = outcome.mark(w);
         self.counters.settled(mark);
         if !same_generation(permit.generation, self.generation) {

@@ -300,7 +300,7 @@ fn a_host_reports_absolute_counts_so_a_resend_counts_nothing_twice() {
     for ok in [true, false, true] {
         let p = h.admit(0).unwrap();
         let o = if ok { Outcome::Success { duration_ns: 1.0e6 } } else { Outcome::Failure { duration_ns: 1.0e6 } };
-        h.b.complete(&mut h.w, &h.cfg, p, o, 0);
+        h.b.complete(&mut h.w, &h.cfg, p, o, 0, 0);
     }
     let first = h.report(0);
     assert_eq!(&first[..3], &[3, 1, 0]);
@@ -324,7 +324,7 @@ fn a_host_in_a_fleet_stage_probes_only_within_its_grant_and_never_advances_alone
     assert!(h.admit(0).is_none(), "its grant is used");
     // Its probe passes: the host would close alone (one probe of one), but
     // only the fleet judges a stage it runs.
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0, 0);
     assert_eq!(h.state(0), State::HalfOpen);
     let r = h.report(0);
     assert_eq!((r[5], r[6]), (1, 0), "its outcome goes to the fleet");
@@ -337,7 +337,7 @@ fn a_host_back_from_failed_sends_keeps_the_probes_it_ran_in_the_stage_it_followe
     v[14] = 1;
     h.receive(&v, 0);
     let p = h.admit(0).expect("its slot");
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0, 0);
     assert_eq!((h.report(0)[4], h.report(0)[5]), (1, 1));
     // A send times out (a loaded machine), the next one works: the fleet
     // has not moved.
@@ -351,7 +351,7 @@ fn a_host_back_from_failed_sends_keeps_the_probes_it_ran_in_the_stage_it_followe
     // could issue no probe within its grant).
     h.b.fleet_receive(&mut h.w, &h.cfg, None, SEC / 4);
     let own = h.admit(SEC / 4).expect("its own quota");
-    h.b.complete(&mut h.w, &h.cfg, own, Outcome::Success { duration_ns: 1.0e6 }, SEC / 4);
+    h.b.complete(&mut h.w, &h.cfg, own, Outcome::Success { duration_ns: 1.0e6 }, SEC / 4, 0);
     assert_eq!(h.state(SEC / 4), State::HalfOpen);
     h.receive(&v, SEC / 3);
     assert_eq!(h.report(SEC / 3)[5], 0, "entered afresh");
@@ -370,7 +370,7 @@ fn a_failed_probe_reopens_the_host_at_once() {
     h.receive(&v, 0);
     h.receive(&v, 0);
     let p = h.admit(0).unwrap();
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0);
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0, 0);
     assert_eq!(h.state(0), State::Open);
     assert_eq!(h.report(0)[6], 1);
 }
@@ -507,7 +507,7 @@ fn the_reply_to_a_hosts_own_reset_keeps_the_calls_recorded_since() {
     h.b.reset(&mut h.w, &h.cfg, SEC);
     assert_eq!(h.report(SEC)[7], 2, "the reset goes out");
     let p = h.admit(SEC).expect("closed");
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, SEC);
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, SEC, 0);
     assert!(h.receive(&reply(3, State::Closed, 3, 7), SEC).is_empty());
     assert_eq!(h.w.counts(SEC).failures, 1, "not emptied a second time");
     // Another host's reset! still resets this one.
@@ -558,7 +558,7 @@ impl Host {
     fn call(&mut self, ok: bool, now: Nanos) {
         if let Some(p) = self.admit(now) {
             let o = if ok { Outcome::Success { duration_ns: 1.0e6 } } else { Outcome::Failure { duration_ns: 1.0e6 } };
-            self.b.complete(&mut self.w, &self.cfg, p, o, now);
+            self.b.complete(&mut self.w, &self.cfg, p, o, now, 0);
         }
     }
 
@@ -645,7 +645,7 @@ fn a_host_without_a_fleet_or_tripped_by_hand_reports_no_opening_alone() {
     let cfg = config(|_| {});
     for _ in 0..20 {
         if let Decision::Allowed(p) = b.acquire(&mut w, &cfg, 0).0 {
-            b.complete(&mut w, &cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0);
+            b.complete(&mut w, &cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0, 0);
         }
     }
     assert_eq!(b.state(), State::Open);
@@ -720,7 +720,7 @@ fn probe_slots_a_host_holds_unused_go_back_to_the_hosts_that_ask() {
     a.receive(&stage(2, 2, 0), 0);
     // One of its calls probes and passes; no other call comes.
     let p = a.admit(0).unwrap();
-    a.b.complete(&mut a.w, &a.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0);
+    a.b.complete(&mut a.w, &a.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, 0, 0);
     // B asks for one: none is free yet.
     assert!(b.admit(0).is_none());
     assert_eq!(b.report(0)[4], 1);
@@ -739,7 +739,7 @@ fn probe_slots_a_host_holds_unused_go_back_to_the_hosts_that_ask() {
     assert_eq!(b.report(HOLD)[4], 1);
     b.receive(&stage(1, 2, 1), HOLD);
     let p = b.admit(HOLD).expect("the slot A gave back");
-    b.b.complete(&mut b.w, &b.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, HOLD);
+    b.b.complete(&mut b.w, &b.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, HOLD, 0);
     let r = Reply::parse(&stage(1, 2, 2)).unwrap();
     assert_eq!(decide(&b.cfg, &r, Some(100)).map(|p| p.state), Some(State::Closed));
 }
@@ -766,7 +766,7 @@ fn a_quiet_host_keeps_the_slot_a_rejected_call_asked_for_until_its_next_call() {
         h.receive(&stage(1), ms(t));
     }
     let p = h.admit(ms(500)).expect("the next call probes");
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, ms(500));
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, ms(500), 0);
     assert_eq!((h.report(ms(600))[4], h.report(ms(600))[5]), (1, 1), "the used slot stays counted");
 }
 
@@ -856,7 +856,7 @@ fn a_send_is_the_words_the_script_names_and_a_reply_its_words() {
     let mut h = Host::new(cfg);
     for _ in 0..2 {
         let p = h.admit(0).expect("closed");
-        h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0);
+        h.b.complete(&mut h.w, &h.cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0, 0);
     }
     let send = encode(&h.b.fleet_send(&mut h.w, &h.cfg, 0, 1_000).words);
     let got = words(send.as_bytes()).expect("integers separated by spaces");
@@ -898,7 +898,7 @@ fn an_idle_breaker_sends_a_heartbeat_only_and_anything_new_at_once() {
     assert!(pace.due(&mut idle.clone(), false, t + SEC), "without pushes every slot sends");
     // A call changes the report: sent at once.
     let p = h.admit(SEC).expect("closed");
-    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, SEC);
+    h.b.complete(&mut h.w, &h.cfg, p, Outcome::Success { duration_ns: 1.0e6 }, SEC, 0);
     let mut changed = send(&mut h, 2 * SEC);
     assert!(pace.due(&mut changed, true, 2 * SEC));
     assert_eq!(changed.words[0], 1_000, "a change lives host_ttl");

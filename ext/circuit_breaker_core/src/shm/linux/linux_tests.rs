@@ -72,7 +72,7 @@ fn two_mappings_of_one_file_share_one_breaker() {
         with(m, |r| {
             let (d, _) = r.breaker.acquire(&mut r.window, &cfg, 0);
             let Decision::Allowed(p) = d else { panic!("closed") };
-            r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0)
+            r.breaker.complete(&mut r.window, &cfg, p, Outcome::Failure { duration_ns: 1.0e6 }, 0, 0)
         });
     }
     assert_eq!(with(&b, |r| r.breaker.state()), State::Open);
