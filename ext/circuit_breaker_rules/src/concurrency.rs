@@ -202,7 +202,10 @@ impl AdaptiveLimit {
                 // minimum cap) may raise it: a call slowed by a queue the
                 // cap let grow must not teach the cap that the queue is
                 // normal (it would then grow the queue further).
-                self.noload += (x - self.noload) * NOLOAD_DRIFT;
+                // Towards at most OUTLIER × itself, as the recent
+                // latency: one call 5,000 times slower (a test's clock, a
+                // hang) moves it by 0.4 %, not by ten times itself.
+                self.noload += (x.min(self.noload * OUTLIER) - self.noload) * NOLOAD_DRIFT;
             }
         } else if self.noload <= 0.0 || x <= TOLERANCE * self.noload {
             return;

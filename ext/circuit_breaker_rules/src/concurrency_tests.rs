@@ -324,6 +324,20 @@ fn the_cap_grows_only_while_callers_use_half_of_it() {
 }
 
 #[test]
+fn one_very_slow_call_barely_moves_the_no_load_latency() {
+    let s = defaults();
+    let mut cap = AdaptiveLimit::new(&s);
+    cap.sample(&s, 0.0, true, 1);
+    cap.sample(&s, 0.5e9, true, 1);
+    assert!(cap.noload_ns() <= FLOOR_NS * (1.0 + 2.0 * NOLOAD_DRIFT) + 1e-6, "{cap:?}");
+    // Slow calls in a row then cut the cap, as a test's clock makes them.
+    for _ in 0..10 {
+        cap.sample(&s, 0.5e9, true, 1);
+    }
+    assert!(cap.limit() < 20, "{cap:?}");
+}
+
+#[test]
 fn the_no_load_latency_drifts_up_to_a_lasting_new_latency() {
     let s = defaults();
     let mut cap = AdaptiveLimit::new(&s);
