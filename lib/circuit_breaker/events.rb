@@ -134,10 +134,19 @@ class CircuitBreaker
       subscribed = Events.__subscribed? if subscribed.nil?
       return unless subscribed
 
-      __instrument("rejected.circuit_breaker") { { name: name, state: error.state, retry_after: error.retry_after } }
+      __instrument("rejected.circuit_breaker") { __rejected_payload(error) }
       nil
     rescue StandardError => e # listening? itself, as __instrument reports
       __report("ActiveSupport::Notifications listener of #{(name || '(unnamed)').inspect} raised #{__describe(e)}")
+    end
+
+    # `rejected.circuit_breaker`'s payload: why the call was refused
+    # (`reason`, the OpenError's: :open, :half_open, :forced_open or
+    # :concurrency_limit), and at the cap, the cap (docs/operating.md).
+    def __rejected_payload(error)
+      payload = { name: name, state: error.state, retry_after: error.retry_after, reason: error.reason }
+      payload[:limit] = error.limit if error.is_a?(ConcurrencyLimitError)
+      payload
     end
 
     def __log(event, error_rate, slow_call_rate)

@@ -12,8 +12,11 @@ class CircuitBreaker
   # `is_a?(CircuitBreaker::Rejection)`.
   module Rejection
     # The readers: `breaker_name` (String, nil), `state` (:open,
-    # :half_open or :forced_open) and `retry_after` (Float seconds until
-    # the breaker may admit this caller again; nil when forced open).
+    # :half_open or :forced_open; any state at the concurrency cap),
+    # `retry_after` (Float seconds until the breaker may admit this caller
+    # again; nil when forced open), `reason` (as {OpenError#reason}:
+    # :concurrency_limit when refused at the `max_concurrent:` cap) and
+    # `limit` (that cap; nil for other rejections).
 
     # @param open_error [CircuitBreaker::OpenError, String, nil] the
     #   breaker's rejection; a String is the message (a library that
@@ -24,6 +27,8 @@ class CircuitBreaker
         @breaker_name = open_error.breaker_name
         @state = open_error.state
         @retry_after = open_error.retry_after
+        @reason = open_error.reason
+        @limit = open_error.is_a?(ConcurrencyLimitError) ? open_error.limit : nil
         super(open_error.message)
       else
         super(open_error || "circuit is open")
@@ -42,6 +47,14 @@ class CircuitBreaker
       defined?(@state) ? @retry_after : from_cause(:retry_after)
     end
 
+    def reason
+      defined?(@state) ? @reason : (from_cause(:reason) || :open)
+    end
+
+    def limit
+      defined?(@state) ? @limit : from_cause(:limit)
+    end
+
     private
 
     def from_cause(reader)
@@ -50,9 +63,11 @@ class CircuitBreaker
   end
 
   # The rule, in one place: an adapter's rejection is a
-  # `CircuitBreaker::OpenError` (and a `CircuitBreaker::Error`) for
-  # `rescue`, `case` and a breaker's `record_errors:`/`ignore_errors:`,
-  # which ask `===` of the gem's errors when the exception comes
+  # `CircuitBreaker::OpenError` (and a `CircuitBreaker::Error`; one refused
+  # at the `max_concurrent:` cap, reason :concurrency_limit, a
+  # `CircuitBreaker::ConcurrencyLimitError` too) for `rescue`, `case` and a
+  # breaker's `record_errors:`/`ignore_errors:`, which ask `===` of the
+  # gem's errors when the exception comes
   # (ext/circuit_breaker/src/breaker/matchers.rs), whenever the breaker was
   # built. Prepended to `CircuitBreaker::Error`'s singleton class (so that
   # `OpenError`, which inherits it, sees it too) by `require`ing an adapter:
@@ -61,7 +76,8 @@ class CircuitBreaker
   # @api private
   module RejectionMatching
     def ===(other)
-      super || ((equal?(OpenError) || equal?(Error)) && Rejection === other)
+      super || (Rejection === other &&
+                (equal?(OpenError) || equal?(Error) || (equal?(ConcurrencyLimitError) && other.reason == :concurrency_limit)))
     end
   end
   Error.singleton_class.prepend(RejectionMatching) unless Error.singleton_class < RejectionMatching

@@ -105,6 +105,44 @@ RSpec.describe CircuitBreaker::Adapters::Sidekiq::Middleware, :redis do
     expect(run(scheduled.first.item)).to be(true)
   end
 
+  describe "a job refused at its breaker's concurrency cap (docs/adapters.md)" do
+    def refusal(name, retry_after: 1.0)
+      CircuitBreaker::ConcurrencyLimitError.new(breaker_name: name, limit: 1, retry_after: retry_after)
+    end
+
+    it "never comes back sooner than 1 s, whatever the error's retry_after says" do
+      CircuitBreaker.for("payments", clock: clock)
+      now = Time.now.to_f
+
+      [0.0, -1.0, Float::NAN, nil].each do |short|
+        middleware.call(Object.new, job(jid: "j#{short.inspect}"), "default") { raise refusal("payments", retry_after: short) }
+      end
+
+      expect(scheduled.map { |entry| entry.at.to_f }).to all(be >= now + 1.0)
+      expect(scheduled.size).to eq(4)
+    end
+
+    it "is deferred when an adapter's rejection carries the refusal (an adapter's own breaker, named by the job)" do
+      require "circuit_breaker/net_http"
+      CircuitBreaker.for("net_http:127.0.0.1:9", clock: clock)
+      rejection = CircuitBreaker::Adapters::NetHTTP::OpenError.new(refusal("net_http:127.0.0.1:9"))
+
+      expect(middleware.call(Object.new, job(circuit_breaker: "net_http:127.0.0.1:9"), "default") { raise rejection }).to be_nil
+      expect(scheduled.map { |entry| entry.item["circuit_breaker_deferrals"] }).to eq([1])
+    end
+
+    it "fails as Sidekiq sees it when the refusal is another breaker's, or another rejection" do
+      CircuitBreaker.for("payments", clock: clock)
+
+      expect { middleware.call(Object.new, job, "default") { raise refusal("search") } }
+        .to raise_error(CircuitBreaker::ConcurrencyLimitError)
+      open_error = CircuitBreaker::OpenError.new(breaker_name: "payments", state: :open, retry_after: 5.0)
+      expect { middleware.call(Object.new, job, "default") { raise open_error } }
+        .to raise_error(CircuitBreaker::OpenError) { |error| expect(error).to be(open_error) }
+      expect(scheduled).to be_empty
+    end
+  end
+
   it "refuses a breaker nobody registered, and bad options, naming them" do
     expect { run(job) }.to raise_error(ArgumentError, /no breaker is registered as "payments"/)
     expect { described_class.new(max_deferrals: -1) }.to raise_error(ArgumentError, /max_deferrals .* 0\.\.1_000/)

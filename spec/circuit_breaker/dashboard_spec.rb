@@ -44,6 +44,12 @@ RSpec.describe CircuitBreaker::Dashboard do
         .to eq(%w[trip reset force_open disable].map { |a| "/breakers/#{a}?name=payments" })
     end
 
+    it "shows no cap for a breaker without max_concurrent:" do
+      get "/"
+      row = last_response.body[%r{<tr id="breaker-payments".*?</tr>}m]
+      expect(row).to include('<td><span class="cap">no cap</span></td>')
+    end
+
     it "escapes names in HTML and URLs, and links the forms under the mount point" do
       get "/", {}, "SCRIPT_NAME" => "/ops/breakers"
       body = last_response.body

@@ -72,6 +72,12 @@ RSpec.describe CircuitBreaker::Prometheus do
     expect(s.keys.grep(/tripped|stage/).grep(/closed|forced/)).to be_empty
   end
 
+  it "counts no limited calls and leaves out the cap's gauges for a breaker without max_concurrent:" do
+    s = samples(described_class.render({ "plain" => breaker }))
+    expect(s).to include('circuit_breaker_limited_calls_total{breaker="plain"}' => "0")
+    expect(s.keys.grep(/in_flight|concurrency_limit/)).to be_empty
+  end
+
   it "marks the counters of a shared: breaker as host-wide", :shared_memory do
     key = "spec-prom-#{Process.pid}-#{rand(1 << 32)}"
     b = CircuitBreaker.new(shared: key)

@@ -8,7 +8,10 @@ class CircuitBreaker
     # A Sidekiq server middleware: a job that names a breaker
     # (`sidekiq_options circuit_breaker: "payments"`) is not run while that
     # breaker is open; it is pushed back to run when the breaker may admit
-    # calls again, without spending one of its retries. Loaded by
+    # calls again, without spending one of its retries. A job whose call
+    # through that breaker is refused at its `max_concurrent:` cap (a
+    # {CircuitBreaker::ConcurrencyLimitError} out of the job) is pushed
+    # back the same way, by the error's `retry_after`. Loaded by
     # `require "circuit_breaker/sidekiq"`, which patches nothing: the app
     # adds the middleware to its server chain (docs/adapters.md, "Sidekiq").
     #
@@ -62,23 +65,45 @@ class CircuitBreaker
 
           breaker = Registry.registered(name)
           deferrals = job[DEFERRALS_KEY].to_i
+          return yield if deferrals >= @max_deferrals
+
           # `state` applies due timers and takes no probe permit: a
           # half-open breaker lets the job run, and the job's own calls
           # take the probes.
-          return yield if deferrals >= @max_deferrals || !%i[open forced_open].include?(breaker.state)
+          state = breaker.state
+          if %i[open forced_open].include?(state)
+            # Forced open: no end in sight, so open_duration.
+            defer(job, breaker, deferrals, breaker.retry_after || breaker.open_duration, "is #{state}")
+            return nil
+          end
 
-          defer(job, breaker, deferrals)
-          nil
+          begin
+            yield
+          rescue ConcurrencyLimitError => e # an adapter's rejection at the cap too (lib/circuit_breaker/rejection.rb)
+            raise unless e.breaker_name == breaker.name # another breaker's cap: the job failed as Sidekiq sees it
+
+            defer(job, breaker, deferrals, limit_wait(e), "is at its concurrency limit (#{e.limit})")
+            nil
+          end
         end
 
         private
 
-        def defer(job, breaker, deferrals)
-          wait = breaker.retry_after || breaker.open_duration # forced open: no end in sight
+        # A refusal at the cap says when to come back (`retry_after`,
+        # 1.0 s), never less than ConcurrencyLimitError::RETRY_AFTER: the
+        # breaker's own `retry_after` is 0.0 while closed, and a job pushed
+        # back with no wait would meet the same full cap at once, again and
+        # again.
+        def limit_wait(error)
+          wait = error.retry_after
+          wait.is_a?(Numeric) && wait.finite? && wait > ConcurrencyLimitError::RETRY_AFTER ? wait : ConcurrencyLimitError::RETRY_AFTER
+        end
+
+        def defer(job, breaker, deferrals, wait, why)
           wait *= 1 + (rand * @jitter)
           ::Sidekiq::Client.push(job.merge(DEFERRALS_KEY => deferrals + 1, "at" => Time.now.to_f + wait))
           ::Sidekiq.logger.info("circuit_breaker: #{job['class']} #{job['jid']} deferred #{format('%.1f', wait)}s " \
-                                "(breaker #{breaker.name.inspect} is #{breaker.state}; deferral #{deferrals + 1} of #{@max_deferrals})")
+                                "(breaker #{breaker.name.inspect} #{why}; deferral #{deferrals + 1} of #{@max_deferrals})")
         end
       end
     end

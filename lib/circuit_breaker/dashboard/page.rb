@@ -58,12 +58,26 @@ class CircuitBreaker
           %(<span class="state" style="background:#{COLORS.fetch(m[:state], '#000')}">#{h.(m[:state])}</span>),
           { open: "#{format('%.1f', m[:retry_after] || 0)} s", forced_open: "until reset" }.fetch(m[:state], "—"),
           "#{percent(m[:error_rate])} of #{m[:total]}", percent(m[:slow_call_rate]), tripped,
-          m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened],
+          m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened], cap(m),
           %(<span class="scope" data-scope="#{h.(m[:scope])}">) +
             %(#{h.(m[:scope] == :host ? 'host-wide' : "this worker only (pid #{Process.pid})")}</span>#{fleet(m, h)}),
           chart(name), buttons
         ]
         %(<tr id="breaker-#{h.(name)}" data-state="#{h.(m[:state])}"><td>#{h.(name)}</td>#{cells.map { |c| "<td>#{c}</td>" }.join}</tr>\n)
+      end
+
+      # With max_concurrent: the calls in flight against the cap (host-wide
+      # for a host-wide breaker, as the counters) and the calls refused at
+      # it; "no cap" without one (docs/concurrency.md). Numbers only: the
+      # metrics' Integers, nothing a user wrote.
+      def cap(metrics)
+        in_flight = metrics[:in_flight]
+        limit = metrics[:concurrency_limit]
+        return %(<span class="cap">no cap</span>) unless in_flight && limit
+
+        %(<span class="cap" data-in-flight="#{Integer(in_flight)}" data-limit="#{Integer(limit)}">) +
+          %(#{Integer(in_flight)} / #{Integer(limit)} in flight</span><br>) +
+          %(<span class="limited">#{Integer(metrics[:limited])} limited</span>)
       end
 
       # With fleet: its link's status, and why it is degraded.

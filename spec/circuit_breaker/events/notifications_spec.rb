@@ -63,14 +63,15 @@ RSpec.describe CircuitBreaker, "ActiveSupport::Notifications", :integration do
     clock.advance(10)
     expect(breaker.allow?).to be(false)
     rejected = received.select { |name, _| name == "rejected.circuit_breaker" }.map(&:last)
-    expect(rejected).to eq([{ name: "notified", state: :open, retry_after: 30.0 },
-                            { name: "notified", state: :open, retry_after: 20.0 }])
+    expect(rejected).to eq([{ name: "notified", state: :open, retry_after: 30.0, reason: :open },
+                            { name: "notified", state: :open, retry_after: 20.0, reason: :open }])
   end
 
   it "instruments rejections without any on_reject listener" do
     breaker.force_open!
     expect { breaker.call { :ran } }.to raise_error(CircuitBreaker::OpenError)
-    expect(received.last).to eq(["rejected.circuit_breaker", { name: "notified", state: :forced_open, retry_after: nil }])
+    expect(received.last).to eq(["rejected.circuit_breaker",
+                                 { name: "notified", state: :forced_open, retry_after: nil, reason: :forced_open }])
   end
 
   it "reports a subscriber's exception with warn and never raises it into call" do

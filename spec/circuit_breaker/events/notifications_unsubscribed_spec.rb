@@ -82,7 +82,7 @@ RSpec.describe CircuitBreaker, "ActiveSupport::Notifications with nobody subscri
     subscription = ActiveSupport::Notifications.subscribe("rejected.circuit_breaker") { |*args| received << args.last }
     breaker.trip!
     reject
-    expect(received).to eq([{ name: "quiet", state: :open, retry_after: 30.0 }])
+    expect(received).to eq([{ name: "quiet", state: :open, retry_after: 30.0, reason: :open }])
   ensure
     ActiveSupport::Notifications.unsubscribe(subscription)
   end
