@@ -9,6 +9,10 @@ use magnus::{prelude::*, value::Lazy, Error, ExceptionClass, RClass, Ruby, Value
 pub static OPEN_ERROR: Lazy<ExceptionClass> =
     Lazy::new(|ruby| open_error_class(ruby).unwrap_or_else(|_| ruby.exception_standard_error()));
 
+/// `CircuitBreaker::ConcurrencyLimitError`: a call refused at the cap.
+pub static CONCURRENCY_LIMIT_ERROR: Lazy<ExceptionClass> =
+    Lazy::new(|ruby| declared(ruby, "ConcurrencyLimitError").unwrap_or_else(|_| ruby.get_inner(&OPEN_ERROR)));
+
 /// `CircuitBreaker::Error`, the root of the gem's errors.
 pub static ERROR: Lazy<ExceptionClass> =
     Lazy::new(|ruby| declared(ruby, "Error").unwrap_or_else(|_| ruby.exception_standard_error()));

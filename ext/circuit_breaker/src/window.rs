@@ -196,6 +196,13 @@ impl LockedRecord {
         self.store.published()
     }
 
+    /// The slots of the breaker's concurrency cap (docs/concurrency.md):
+    /// this process's, or the host's for a shared record.
+    #[inline]
+    pub fn slots(&self) -> circuit_breaker_core::slots::Slots<'_> {
+        self.store.slots()
+    }
+
     /// Sets how long this process's steps wait for a busy lock.
     #[cfg(feature = "test-hooks")]
     pub fn set_lock_wait(&self, wait: Nanos) {

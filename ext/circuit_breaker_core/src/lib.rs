@@ -18,6 +18,7 @@ pub mod heap_lock;
 pub mod place;
 pub mod record;
 pub mod shm;
+pub mod slots;
 pub mod store;
 pub mod wake;
 
@@ -29,4 +30,5 @@ pub use circuit_breaker_rules::{
 pub use clock::{Clock, CoarseClock, HostClock, ManualClock, MonotonicClock, Nanos};
 pub use place::Place;
 pub use record::{HeapRecord, Layout, Record};
+pub use slots::Slot;
 pub use store::{HeapStore, Published, Store};

@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicBool;
 use crate::clock::Nanos;
 use crate::record::Record;
 use crate::shm::{self, MappedRecord};
+use crate::slots::Slots;
 use crate::store::{HeapGuard, HeapStore, Published, Store};
 
 /// A record's place.
@@ -81,6 +82,16 @@ impl Place {
         match self {
             Place::Heap(_) => None,
             Place::Mapped { path, .. } => Some(path),
+        }
+    }
+
+    /// The slots of the breaker's cap: this process's, or the host's for a
+    /// record in a shared file (docs/concurrency.md).
+    #[inline]
+    pub fn slots(&self) -> Slots<'_> {
+        match self {
+            Place::Heap(s) => Slots::heap(s.published().in_flight()),
+            Place::Mapped { record, .. } => record.slots(),
         }
     }
 

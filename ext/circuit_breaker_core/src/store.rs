@@ -20,12 +20,14 @@ use crate::clock::Nanos;
 use crate::config::ConfigError;
 use crate::heap_lock::{forks_hooked, HeapLock, SLICE};
 use crate::record::{HeapRecord, Record};
+use crate::slots::InFlight;
 use crate::state::State;
 use crate::window::WindowSpec;
 
 /// What a store publishes after every step, for callers that take no lock:
-/// the call path's closed check ([`Published::admitting`]) and the decision
-/// for a call whose lock stays busy ([`Published::decide`]).
+/// the call path's closed check ([`Published::admitting`]), the decision
+/// for a call whose lock stays busy ([`Published::decide`]), and the calls
+/// in flight against the cap ([`Published::in_flight`]).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Published {
@@ -37,6 +39,10 @@ pub struct Published {
     /// Records dropped because the lock stayed busy past the caller's bound
     /// (a stuck holder); for a mapped record, host-wide.
     dropped: AtomicU64,
+    /// Calls in flight and their cap (`max_concurrent:`), taken and given
+    /// back without the lock (`crate::slots`); for a mapped record,
+    /// host-wide.
+    in_flight: InFlight,
 }
 
 impl Published {
@@ -74,10 +80,16 @@ impl Published {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// The count of calls in flight and its cap (see [`crate::slots`]).
+    pub fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
     /// Adds the layout of `Published` (it is stored in shared files; see
     /// `crate::shm::layout_hash`); keep the field list whole.
     pub(crate) fn layout(h: crate::hashing::Fnv) -> crate::hashing::Fnv {
-        crate::hashing::hash_layout!(h, Published { word, half_open_at, dropped })
+        let h = crate::hashing::hash_layout!(h, Published { word, half_open_at, dropped, in_flight });
+        InFlight::layout(h)
     }
 }
 

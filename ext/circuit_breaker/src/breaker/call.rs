@@ -73,7 +73,7 @@ impl Fallback {
     }
 
     /// The fallback's answer to `error`; what it raises or throws goes on.
-    fn answer(&self, error: Value) -> Result<Value, Exit> {
+    pub(super) fn answer(&self, error: Value) -> Result<Value, Exit> {
         self.callable.funcall::<_, _, Value>(*ID_CALL, (error,)).map_err(Exit::from)
     }
 
@@ -113,7 +113,20 @@ impl Breaker {
             },
         };
 
+        // With a cap, a slot too (docs/concurrency.md), given back as soon
+        // as the block ended, whichever way.
+        let slot = if this.capped {
+            match Self::take_slot(ruby, rb_self, permit, fallback)? {
+                ControlFlow::Continue(slot) => Some(slot),
+                ControlFlow::Break(answer) => return Ok(answer),
+            }
+        } else {
+            None
+        };
         let result = cruby::yield_block();
+        if let Some(slot) = slot {
+            this.record.slots().release(slot);
+        }
         if matches!(result, Err(Unwound::Raised(_))) && !permit.probe && !ruby.block_given() {
             // Nothing to settle: a permit that is not a probe holds nothing.
             return Err(no_block());

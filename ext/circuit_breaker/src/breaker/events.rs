@@ -3,16 +3,16 @@
 
 use std::sync::atomic::Ordering;
 
-use circuit_breaker_core::{Decision, Outcome, Rejection, Transitions};
+use circuit_breaker_core::{Decision, Outcome, Rejection, State, Transitions};
 use magnus::{
     prelude::*,
     typed_data::Obj,
     value::{Lazy, LazyId, OpaqueId, ReprValue},
-    Error, Exception, ExceptionClass, RArray, RClass, RHash, RModule, RString, Ruby, Value,
+    Error, Exception, ExceptionClass, IntoValue, RArray, RClass, RHash, RModule, RString, Ruby, Value,
 };
 
 use crate::cruby;
-use crate::errors::{arg_error, OPEN_ERROR};
+use crate::errors::{arg_error, CONCURRENCY_LIMIT_ERROR, OPEN_ERROR};
 
 use super::metrics::{metrics_hash, reason_sym, secs_value, state_sym};
 use super::{Breaker, Inner};
@@ -20,6 +20,7 @@ use super::{Breaker, Inner};
 static ID_BREAKER_NAME: LazyId = LazyId::new("@breaker_name");
 static ID_STATE: LazyId = LazyId::new("@state");
 static ID_RETRY_AFTER: LazyId = LazyId::new("@retry_after");
+static ID_LIMIT: LazyId = LazyId::new("@limit");
 static ID_SET_BACKTRACE: LazyId = LazyId::new("set_backtrace");
 static ID_TRANSITION: LazyId = LazyId::new("__transition");
 static ID_REJECTED: LazyId = LazyId::new("__rejected");
@@ -154,17 +155,39 @@ impl Breaker {
     }
 
     pub(super) fn open_error(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
-        let class: ExceptionClass = ruby.get_inner(&OPEN_ERROR);
+        let ivars =
+            [(&ID_STATE, state_sym(ruby, r.state).as_value()), (&ID_RETRY_AFTER, secs_value(ruby, r.retry_after))];
+        Self::rejection_error(ruby, rb_self, ruby.get_inner(&OPEN_ERROR), ivars)
+    }
+
+    /// The `ConcurrencyLimitError` of a call refused at the cap `limit`,
+    /// in `state` (docs/concurrency.md).
+    pub(super) fn limit_error(ruby: &Ruby, rb_self: Obj<Self>, state: State, limit: u32) -> Result<Exception, Error> {
+        let class: ExceptionClass = ruby.get_inner(&CONCURRENCY_LIMIT_ERROR);
+        let retry_after: Value = magnus::Module::const_get(class, "RETRY_AFTER")?;
+        let ivars = [
+            (&ID_STATE, state_sym(ruby, state).as_value()),
+            (&ID_RETRY_AFTER, retry_after),
+            (&ID_LIMIT, limit.into_value_with(ruby)),
+        ];
+        Self::rejection_error(ruby, rb_self, class, ivars)
+    }
+
+    /// A rejection of `class`, its instance variables set without calling
+    /// `initialize`, with a one-line backtrace.
+    fn rejection_error<const N: usize>(
+        ruby: &Ruby,
+        rb_self: Obj<Self>,
+        class: ExceptionClass,
+        ivars: [(&LazyId, Value); N],
+    ) -> Result<Exception, Error> {
         // Uninitialised: its ivars are set just below.
         let ex = cruby::alloc(class);
         let ex =
             Exception::from_value(ex).ok_or_else(|| arg_error(ruby, "OpenError is not an Exception".to_owned()))?;
         let name = rb_self.get(ruby)?.name.map_or_else(|| ruby.qnil().as_value(), |n| ruby.get_inner(n).as_value());
-        let ivars = [
-            (&ID_BREAKER_NAME, name),
-            (&ID_STATE, state_sym(ruby, r.state).as_value()),
-            (&ID_RETRY_AFTER, secs_value(ruby, r.retry_after)),
-        ];
+        let id: OpaqueId = *ID_BREAKER_NAME;
+        cruby::ivar_set(ex, magnus::value::IntoId::into_id_with(id, ruby), name);
         for (id, v) in ivars {
             let id: OpaqueId = **id;
             cruby::ivar_set(ex, magnus::value::IntoId::into_id_with(id, ruby), v);
@@ -175,7 +198,7 @@ impl Breaker {
         // stack (docs/operating.md). Its own Array: callers change
         // backtraces in place (RSpec's failure report filters it with
         // reject!), so one shared frozen Array made them raise FrozenError.
-        let backtrace = match backtrace_line(ruby, class)? {
+        let backtrace = match backtrace_line(ruby, ruby.get_inner(&OPEN_ERROR))? {
             Some(line) => cruby::array_of_one(line),
             None => ruby.ary_new().as_value(),
         };
@@ -183,13 +206,20 @@ impl Breaker {
         Ok(ex)
     }
 
-    /// The error for a rejected call, after its listeners ran.
-    pub(super) fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
-        let ex = Self::open_error(ruby, rb_self, r)?;
+    /// Tells the listeners of a rejection (`on_reject`, ActiveSupport)
+    /// of `ex`, if there are any.
+    pub(super) fn tell_rejected(ruby: &Ruby, rb_self: Obj<Self>, ex: Exception) -> Result<(), Error> {
         if let Some(subscribed) = rb_self.get(ruby)?.rejection_audience(ruby) {
             // As in `notify`: only what the listeners' guard let through.
             rb_self.funcall::<_, _, Value>(*ID_REJECTED, (ex, subscribed))?;
         }
+        Ok(())
+    }
+
+    /// The error for a rejected call, after its listeners ran.
+    pub(super) fn rejected(ruby: &Ruby, rb_self: Obj<Self>, r: Rejection) -> Result<Exception, Error> {
+        let ex = Self::open_error(ruby, rb_self, r)?;
+        Self::tell_rejected(ruby, rb_self, ex)?;
         Ok(ex)
     }
 

@@ -7,7 +7,8 @@
 //! a jump (`break`, `throw`, `Thread#kill`…) is pending: for that case they
 //! run inside `rb_ensure`'s ensure function while the jump resumes.
 //!
-//! One concept per file: `call.rs` (the hot path), `matchers.rs` (which
+//! One concept per file: `call.rs` (the hot path), `cap.rs` (the
+//! concurrency cap's slots and refusals), `matchers.rs` (which
 //! exceptions count), `events.rs` (listeners, rejections), `control.rs`
 //! (manual actions), `metrics.rs`, `permits.rs` (the low-level API),
 //! `fleet.rs` (the syncer's calls); this file holds the object, its setup
@@ -34,6 +35,7 @@ use crate::errors::{arg_error, config_error_given, not_initialized, refuse_copy,
 use crate::window::{record_of, Blocked, LockedRecord};
 
 mod call;
+mod cap;
 mod control;
 mod events;
 pub mod fleet;
@@ -54,6 +56,8 @@ pub struct Breaker(OnceLock<Inner>);
 
 /// What `__setup` built.
 struct Inner {
+    /// Whether `max_concurrent:` caps the calls in flight (docs/concurrency.md).
+    capped: bool,
     record: Arc<LockedRecord>,
     cfg: Config,
     clock: ClockSource,
@@ -247,8 +251,15 @@ impl Inner {
 
     /// `metrics[:in_flight]`, `[:concurrency_limit]` and `[:limited]`
     /// (docs/concurrency.md).
+    /// Dead holders are looked for first (at most every 100 ms), so the
+    /// count shown holds no dead process's slots.
     fn cap_metrics(&self) -> metrics::CapMetrics {
-        metrics::CapMetrics { in_flight: None, limit: None, limited: 0 }
+        if !self.capped {
+            return metrics::CapMetrics { in_flight: None, limit: None, limited: 0 };
+        }
+        let slots = self.record.slots();
+        slots.sweep(false);
+        metrics::CapMetrics { in_flight: Some(slots.in_flight()), limit: slots.cap(), limited: slots.limited() }
     }
 
     /// A fleet breaker's `metrics[:fleet]` and `metrics[:fleet_reason]`.
@@ -289,12 +300,6 @@ impl Breaker {
         let given = Given::new(ruby, options)?;
         let g = |key: &str| given.get(key);
         let cfg = Self::config(&given)?;
-        if cfg.max_concurrent.initial().is_some() {
-            return Err(Error::new(
-                ruby.exception_not_imp_error(),
-                "max_concurrent: is not enforced yet by this build (docs/concurrency.md)",
-            ));
-        }
         let record_errors = Matchers::parse(ruby, "record_errors", g("record_errors")?)?;
         let ignore_errors = Matchers::parse(ruby, "ignore_errors", g("ignore_errors")?)?;
         let failure_if = callable(ruby, "failure_if", g("failure_if")?)?;
@@ -323,7 +328,12 @@ impl Breaker {
             Some(key) => Self::mapped(ruby, &template, namespace, key, &clock, &cfg)?,
             None => Self::own(ruby, template, window, &clock)?,
         };
+        let capped = cfg.max_concurrent.initial();
+        if let Some(cap) = capped {
+            record.slots().set_cap(cap);
+        }
         let inner = Inner {
+            capped: capped.is_some(),
             record,
             cfg,
             clock,

@@ -8,8 +8,8 @@
 //! deploy never meets a file it cannot use (docs/shared.md).
 //!
 //! File layout: a [`Header`] (magic, layout version and hash, sizes, the
-//! configuration hash, the mutex, the published words), then the record's
-//! block. Two open-file-description locks on the file's first bytes
+//! configuration hash, the mutex, the published words, each process's
+//! slots of the concurrency cap), then the record's block. Two open-file-description locks on the file's first bytes
 //! coordinate the processes: `INIT` (exclusive) while one process creates,
 //! validates or removes the file, `IN_USE` (shared) for as long as a
 //! process maps it, so that [`remove_unused`] deletes only files no live
@@ -47,6 +47,7 @@ use crate::check::ConfigError;
 
 use crate::hashing::Fnv;
 use crate::record::Record;
+use crate::slots::Holders;
 use crate::store::Published;
 
 mod dir;
@@ -83,6 +84,9 @@ pub(crate) struct Header {
     pub(crate) mutex: libc::pthread_mutex_t,
     /// Stored under the mutex, read without it (host-wide).
     pub(crate) published: Published,
+    /// Each process's slots of the cap (`crate::slots`), so that a dead
+    /// process's come back.
+    pub(crate) holders: Holders,
 }
 
 /// Why a shared record could not be opened. Every message but `Io`'s
@@ -177,9 +181,9 @@ pub fn layout_hash() -> u64 {
     let h = Fnv::default().i64(LAYOUT_VERSION.into()).text(env!("CARGO_PKG_VERSION").as_bytes());
     let h = crate::hashing::hash_layout!(
         h,
-        Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published }
+        Header { magic, version, ready, header_size, record_size, config_hash, layout_hash, mutex, published, holders }
     );
-    let h = Published::layout(h);
+    let h = Holders::layout(Published::layout(h));
     let h = h.usize(size_of::<libc::pthread_mutex_t>()).usize(align_of::<libc::pthread_mutex_t>());
     Record::layout(h).finish()
 }

@@ -32,6 +32,10 @@ impl MappedRecord {
     pub fn hold_lock_for_test(&self, _ms: u64) -> io::Result<()> {
         match *self {}
     }
+
+    pub fn slots(&self) -> crate::slots::Slots<'_> {
+        match *self {}
+    }
 }
 
 impl Store for MappedRecord {

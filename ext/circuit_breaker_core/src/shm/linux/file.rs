@@ -6,7 +6,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::cleanup::remove_unused_now_and_then;
 use super::format::{header_size, magic_is_zero, INIT, IN_USE, MAGIC, READY};
@@ -15,6 +15,7 @@ use super::{c_path, fstat, monotonic, os_error, pthread_mutex_clocklock, range_l
 use crate::clock::Nanos;
 use crate::record::{Layout, Record};
 use crate::shm::{layout_hash, Header, Key, ShmError, LAYOUT_VERSION};
+use crate::slots::Slots;
 use crate::store::{Published, Store};
 use crate::window::WindowSpec;
 
@@ -38,6 +39,9 @@ const OPEN_WAIT: Nanos = 10_000_000_000;
 pub struct MappedRecord {
     base: *mut u8,
     len: usize,
+    /// This process's entry among the header's slot holders (see
+    /// `Slots::shared`).
+    holder: AtomicU64,
 }
 
 // SAFETY: the mapping is process-wide memory; every access to the record
@@ -116,7 +120,7 @@ impl MappedRecord {
         if base == libc::MAP_FAILED {
             return Err(os_error(format!("cannot map {shown}")));
         }
-        let this = Self { base: base as *mut u8, len };
+        let this = Self { base: base as *mut u8, len, holder: AtomicU64::new(0) };
         // SAFETY: the header lies within the mapping; the INIT lock keeps
         // every other process from building or validating it meanwhile.
         let h = unsafe { &*this.header() };
@@ -257,6 +261,14 @@ impl MappedRecord {
             libc::EBUSY | libc::ETIMEDOUT => Ok(None),
             rc => Err(io::Error::from_raw_os_error(rc)),
         }
+    }
+
+    /// The cap's slots: counted host-wide, with each process's apart.
+    pub fn slots(&self) -> Slots<'_> {
+        // SAFETY: the header lives as long as the mapping; its slot fields
+        // are atomics.
+        let header = unsafe { &*self.header() };
+        Slots::shared(header.published.in_flight(), &header.holders, &self.holder)
     }
 
     /// Holds the lock for `ms` milliseconds without doing anything: lets

@@ -1,0 +1,126 @@
+# frozen_string_literal: true
+
+# max_concurrent: within one process (docs/concurrency.md): threads hold
+# slots, a call over the cap is refused with a ConcurrencyLimitError and
+# recorded nowhere but in rejected and limited. Across processes:
+# spec/integration/concurrency_spec.rb.
+RSpec.describe CircuitBreaker, "max_concurrent:" do
+  include ThreadHelpers
+
+  let(:clock) { CircuitBreaker::ManualClock.new }
+
+  # Starts `n` threads that each hold a slot of `breaker` (inside call)
+  # until `release` is popped; returns once all of them are inside.
+  def hold_slots(breaker, n, release)
+    inside = Queue.new
+    threads = Array.new(n) do
+      Thread.new do
+        breaker.call do
+          inside << true
+          release.pop
+        end
+      end
+    end
+    wait_until(what: "#{n} holders inside") { inside.size >= n }
+    threads
+  end
+
+  it "refuses a call over the cap at once, without running it or recording it, as a ConcurrencyLimitError" do
+    breaker = described_class.new(name: "payments", max_concurrent: 2, clock: clock)
+    heard = []
+    breaker.on_reject { |e| heard << e }
+    release = Queue.new
+    holders = hold_slots(breaker, 2, release)
+    expect(breaker.metrics).to include(in_flight: 2, concurrency_limit: 2, limited: 0)
+
+    ran = false
+    error = (breaker.call { ran = true } rescue $!) # rubocop:disable Style/RescueModifier
+    expect(ran).to be(false)
+    expect(error).to be_a(CircuitBreaker::ConcurrencyLimitError)
+    expect(error).to be_a(CircuitBreaker::OpenError)
+    expect([error.reason, error.state, error.limit, error.retry_after]).to eq([:concurrency_limit, :closed, 2, 1.0])
+    expect(error.message).to eq('circuit "payments" is at its concurrency limit (2)')
+    expect(error.backtrace.size).to eq(1)
+    expect(heard).to eq([error])
+
+    expect(breaker.call(fallback: ->(e) { [:fallback, e.class] }) { :ran }).to eq(
+      [:fallback, CircuitBreaker::ConcurrencyLimitError]
+    )
+    2.times { release << true }
+    holders.each { |t| t.join(30) || raise("a holder did not end") }
+    m = breaker.metrics
+    expect(m).to include(total: 2, calls: 2, successes: 2, rejected: 2, limited: 2, in_flight: 0)
+    expect(breaker.call { :ok }).to eq(:ok)
+  end
+
+  it "gives the slot back however the block ends: a value, an exception, a throw, Thread#kill" do
+    breaker = described_class.new(max_concurrent: 1, clock: clock)
+    expect(breaker.call { 1 }).to eq(1)
+    expect { breaker.call { raise ArgumentError } }.to raise_error(ArgumentError)
+    expect(catch(:out) { breaker.call { throw :out, :thrown } }).to eq(:thrown)
+    started = Queue.new
+    t = Thread.new { breaker.call { started << true; sleep } }
+    wait_until(what: "the call started") { started.size == 1 }
+    expect(breaker.metrics[:in_flight]).to eq(1)
+    t.kill.join(30)
+    expect(breaker.metrics[:in_flight]).to eq(0)
+    expect(breaker.call { :ok }).to eq(:ok)
+  end
+
+  it "never lets more than the cap run, whatever the threads do" do
+    breaker = described_class.new(max_concurrent: 3, clock: clock)
+    running = 0
+    most = 0
+    lock = Mutex.new
+    barrier = ThreadHelpers::Barrier.new(8)
+    refused = Queue.new
+    threads = Array.new(8) do
+      Thread.new do
+        barrier.wait
+        200.times do
+          breaker.call do
+            lock.synchronize { most = [most, running += 1].max }
+            Thread.pass
+            lock.synchronize { running -= 1 }
+          end
+        rescue CircuitBreaker::ConcurrencyLimitError
+          refused << true
+        end
+      end
+    end
+    threads.each { |t| t.join(60) || raise("a thread did not end") }
+    expect(most).to be <= 3
+    expect(breaker.metrics).to include(in_flight: 0, limited: refused.size, calls: 1600 - refused.size)
+  end
+
+  it "refuses a half-open probe at the cap and gives its probe slot back" do
+    breaker = described_class.new(max_concurrent: 1, min_calls: 1, consecutive_failures: nil, half_open_calls: 1,
+                                  open_duration: 5, clock: clock)
+    release = Queue.new
+    holder = hold_slots(breaker, 1, release).first
+    breaker.trip!
+    clock.advance(5)
+    expect { breaker.call { :probe } }.to raise_error(CircuitBreaker::ConcurrencyLimitError) { |e|
+      expect(e.state).to eq(:half_open)
+    }
+    release << true
+    holder.join(30)
+    expect(breaker.call { :probe }).to eq(:probe) # the probe slot is free again
+    expect(breaker.state).to eq(:closed)
+  end
+
+  it "caps each forked child apart, starting from none of its parent's slots" do
+    breaker = described_class.new(max_concurrent: 1, clock: clock)
+    out, writer = IO.pipe
+    pid = ChildProcess.fork("a child calling inside its parent's call") do
+      out.close
+      # Forked inside the parent's call: that slot is the parent's.
+      writer.write(breaker.call { breaker.metrics[:in_flight] }.to_s)
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    ChildProcess.finish(pid, within: 60)
+    expect(out.read).to eq("1")
+  end
+end
