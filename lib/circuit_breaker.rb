@@ -52,6 +52,9 @@ class CircuitBreaker
   include Permits
   include Events
 
+  # An `allow?` permit's slot of the cap (native; lib/circuit_breaker/permits.rb).
+  private_constant :ConcurrencySlot
+
   # @return [Float] seconds the first opening lasts (`open_duration:`),
   #   before any backoff; what waiting out a forced-open breaker is
   #   measured by (the Sidekiq adapter, docs/adapters.md)

@@ -14,7 +14,10 @@ class CircuitBreaker
   # ext/circuit_breaker/src/breaker/permits.rs): equal permits count together, and a
   # permit of a newer generation drops older ones, which could decide
   # nothing. A permit nobody settles (another fiber or thread reports, the
-  # fiber or thread died) is freed by `probe_timeout`.
+  # fiber or thread died) is freed by `probe_timeout`. With
+  # `max_concurrent:`, each permit also holds a slot of the cap, kept in
+  # the list as a `ConcurrencySlot` (native) whose collection with the
+  # fiber's storage gives the slot back (docs/concurrency.md).
   #
   # The lists live in `Thread#[]`, which is fiber-local; `Fiber[]` storage
   # would not do: a fiber started inside another inherits it, and would

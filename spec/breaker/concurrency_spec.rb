@@ -123,4 +123,67 @@ RSpec.describe CircuitBreaker, "max_concurrent:" do
     ChildProcess.finish(pid, within: 60)
     expect(out.read).to eq("1")
   end
+
+  describe "allow? and record_*" do
+    it "holds a slot from allow? to its record, and answers false at the cap, as a limit rejection" do
+      breaker = described_class.new(max_concurrent: 2, clock: clock)
+      heard = []
+      breaker.on_reject { |e| heard << e.class }
+      expect([breaker.allow?, breaker.allow?]).to eq([true, true])
+      expect(breaker.allow?).to be(false)
+      expect(breaker.metrics).to include(in_flight: 2, limited: 1, rejected: 1)
+      expect(heard).to eq([CircuitBreaker::ConcurrencyLimitError])
+      breaker.record_success
+      expect(breaker.metrics[:in_flight]).to eq(1)
+      expect(breaker.allow?).to be(true)
+      2.times { breaker.record_failure }
+      expect(breaker.metrics).to include(in_flight: 0, calls: 3, failures_total: 2)
+    end
+
+    it "gives back a slot never recorded probe_timeout after it was taken" do
+      breaker = described_class.new(max_concurrent: 1, probe_timeout: 2, clock: clock)
+      taken = Queue.new
+      done = Queue.new
+      keeper = Thread.new { taken << breaker.allow?; done.pop } # alive, and never records
+      wait_until(what: "the keeper's allow?") { taken.size == 1 }
+      expect(taken.pop).to be(true)
+      expect(breaker.allow?).to be(false)
+      clock.advance(1.9)
+      expect(breaker.allow?).to be(false)
+      clock.advance(0.1)
+      expect(breaker.metrics[:in_flight]).to eq(0)
+      expect(breaker.allow?).to be(true)
+      breaker.record_success
+      expect(breaker.metrics[:in_flight]).to eq(0)
+      done << true
+      keeper.join(30)
+    end
+
+    # A thread's permits live in its storage: once the thread is gone and
+    # collected, the GC gives their slots back.
+    def allow_in_a_thread_that_ends(breaker)
+      Thread.new { breaker.allow? }.join(30).value
+    end
+
+    it "gives back the slot of a thread that ended without recording, once the GC collected it" do
+      breaker = described_class.new(max_concurrent: 1, probe_timeout: false, clock: clock)
+      expect(allow_in_a_thread_that_ends(breaker)).to be(true)
+      wait_until(what: "the ended thread's slot given back") do
+        GC.start
+        breaker.metrics[:in_flight].zero?
+      end
+      expect(breaker.allow?).to be(true)
+    end
+
+    it "bounds a slot by open_duration when probe_timeout is false" do
+      breaker = described_class.new(max_concurrent: 1, probe_timeout: false, open_duration: 10, clock: clock)
+      expect(breaker.allow?).to be(true)
+      clock.advance(9)
+      expect(breaker.allow?).to be(false)
+      clock.advance(1)
+      expect(breaker.allow?).to be(true)
+      2.times { breaker.record_success } # the first settles the expired permit, giving back nothing twice
+      expect(breaker.metrics[:in_flight]).to eq(0)
+    end
+  end
 end

@@ -42,7 +42,8 @@ impl Breaker {
         }
     }
 
-    /// At the cap: gives back dead processes' slots and tries again, then
+    /// At the cap: gives back dead processes' slots and `allow?` slots past
+    /// their bound, and tries again, then
     /// waits up to `max_wait:`. None: refused (counted in `limited`), and
     /// a probe `permit` given back. An interrupt that cut the wait is
     /// raised, the permit given back first.
@@ -51,7 +52,8 @@ impl Breaker {
     pub(super) fn slot_at_cap(ruby: &Ruby, rb_self: Obj<Self>, permit: Permit) -> Result<Option<Slot>, Error> {
         let this = rb_self.get(ruby)?;
         let slots = this.record.slots();
-        let mut got = if slots.sweep(false) { slots.try_take() } else { None };
+        let freed = this.expire_loose(this.clock.now()) > 0;
+        let mut got = if slots.sweep(false) || freed { slots.try_take() } else { None };
         let mut interrupted = None;
         if got.is_none() && this.cfg.max_wait > 0 {
             match Self::wait_for_slot(ruby, rb_self) {

@@ -72,6 +72,10 @@ struct Inner {
     /// The class of the last exception recorded as a failure (a raw handle,
     /// 0 for none), for the opening event; kept alive by `mark`.
     last_error: AtomicUsize,
+    /// The slots of `allow?` permits not yet recorded (docs/concurrency.md),
+    /// given back by their `record_*`, their collection, or
+    /// [`Inner::expire_loose`]. The lock is held for list operations only.
+    loose: std::sync::Mutex<Vec<Arc<permits::Loose>>>,
     /// A fleet breaker's link: its syncer, told of failures (docs/fleet.md,
     /// "When a host sends"), and its status.
     fleet: OnceLock<fleet::FleetSide>,
@@ -251,15 +255,43 @@ impl Inner {
 
     /// `metrics[:in_flight]`, `[:concurrency_limit]` and `[:limited]`
     /// (docs/concurrency.md).
-    /// Dead holders are looked for first (at most every 100 ms), so the
-    /// count shown holds no dead process's slots.
+    /// Dead holders are looked for first (at most every 100 ms), and
+    /// `allow?` slots past their bound given back, so the count shown holds
+    /// neither.
     fn cap_metrics(&self) -> metrics::CapMetrics {
         if !self.capped {
             return metrics::CapMetrics { in_flight: None, limit: None, limited: 0 };
         }
+        self.expire_loose(self.clock.now());
         let slots = self.record.slots();
         slots.sweep(false);
         metrics::CapMetrics { in_flight: Some(slots.in_flight()), limit: slots.cap(), limited: slots.limited() }
+    }
+
+    /// Keeps an `allow?` permit's slot until it is given back.
+    fn hold_loose(&self, loose: Arc<permits::Loose>) {
+        let Ok(mut held) = self.loose.lock() else { return };
+        if held.len() >= 64 && held.len().is_power_of_two() {
+            held.retain(|l| !l.released());
+        }
+        held.push(loose);
+    }
+
+    /// Gives back the `allow?` slots taken at least the bound ago at `now`:
+    /// `probe_timeout` (nil: `open_duration`; `false`: `open_duration`
+    /// too, since a slot must not wait forever). How many.
+    fn expire_loose(&self, now: i64) -> usize {
+        let bound = self.cfg.probe_timeout.unwrap_or(self.cfg.open_duration);
+        let Ok(mut held) = self.loose.lock() else { return 0 };
+        let before = held.len();
+        held.retain(|l| {
+            if !l.released() && now.saturating_sub(l.taken_at) >= bound {
+                l.release();
+                return false;
+            }
+            !l.released()
+        });
+        before - held.len()
     }
 
     /// A fleet breaker's `metrics[:fleet]` and `metrics[:fleet_reason]`.
@@ -344,6 +376,7 @@ impl Breaker {
             failure_if,
             notify_rejects: AtomicBool::new(false),
             last_error: AtomicUsize::new(0),
+            loose: std::sync::Mutex::new(Vec::new()),
             fleet: OnceLock::new(),
         };
         rb_self
@@ -484,6 +517,7 @@ pub fn init(class: RClass) -> Result<(), Error> {
     class.define_private_method("__setup", method!(Breaker::setup, 1))?;
     class.define_private_method("initialize_copy", method!(refuse_copy, 1))?;
     Breaker::define_call(class);
+    permits::init(class)?;
     class.define_method("state", method!(Breaker::state, 0))?;
     class.define_method("metrics", method!(Breaker::metrics, 0))?;
     class.define_private_method("__peek", method!(Breaker::peek, 0))?;
