@@ -20,7 +20,7 @@ require "rbconfig"
 
 root = File.expand_path("..", __dir__)
 scenarios_file = File.join(__dir__, "scenarios.rb")
-all = %w[success failure rejection rejection_as threads rates shared fleet adapters]
+all = %w[success failure rejection rejection_as threads rates shared capped fleet adapters]
 names = ARGV.empty? ? all : ARGV
 unknown = names - all
 abort "unknown scenario(s): #{unknown.join(', ')} (known: #{all.join(', ')})" unless unknown.empty?

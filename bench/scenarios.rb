@@ -18,10 +18,11 @@ module Bench
   # target:, value:, met:}; `value` is what the target is about (a ratio),
   # `met` true/false, or nil where no target applies.
   module Scenarios
-    ALL = %w[success failure rejection rejection_as threads rates shared fleet adapters].freeze
+    ALL = %w[success failure rejection rejection_as threads rates shared capped fleet adapters].freeze
 
     IMPLS = {
       bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker", shared: "circuit_breaker shared:",
+      capped: "circuit_breaker max_concurrent: 100", shared_capped: "circuit_breaker shared:, max_concurrent: 100",
       fleet_up: "fleet:, Redis up", fleet_paused: "fleet:, Redis paused (SIGSTOP)", fleet_down: "fleet:, Redis down"
     }.freeze
 
@@ -86,6 +87,44 @@ module Bench
       ]
     ensure
       File.delete(shared.shared_path) if shared&.shared_path && File.exist?(shared.shared_path)
+    end
+
+    # closed, `call { 1 }` with a concurrency cap (docs/concurrency.md)
+    # against the same breaker without one, in process memory and in
+    # shared memory (the cap host-wide)
+    def capped
+      key = "bench-capped-#{Process.pid}"
+      window = -> { CircuitBreaker::SlidingWindow.new(size: 100) }
+      local = CircuitBreaker.new(window: window.call)
+      capped = CircuitBreaker.new(window: window.call, max_concurrent: 100)
+      shared = CircuitBreaker.new(window: window.call, shared: key)
+      shared_capped = CircuitBreaker.new(window: window.call, shared: "#{key}-capped", max_concurrent: 100)
+      r = Bench.measure({
+                          bare: Bench.plain("r.run { 1 }", r: Bare::Yield.new),
+                          gem: Bench.plain("r.call { 1 }", r: local),
+                          capped: Bench.plain("r.call { 1 }", r: capped),
+                          shared: Bench.plain("r.call { 1 }", r: shared),
+                          shared_capped: Bench.plain("r.call { 1 }", r: shared_capped)
+                        })
+      [capped, shared_capped].each do |b|
+        m = b.metrics
+        check(m[:state] == :closed && m[:total] == 100 && m[:in_flight].zero? && m[:limited].zero?, "capped: #{m}")
+      end
+      name = "closed success with a concurrency cap"
+      in_process = Bench.ratio(r[:capped], r[:gem])
+      host_wide = Bench.ratio(r[:shared_capped], r[:shared])
+      target = "≤ 1.2× the same breaker without a cap"
+      [
+        row(name, :bare, r[:bare], r[:bare], target: "baseline"),
+        row(name, :gem, r[:gem], r[:bare], target: "reference"),
+        row(name, :capped, r[:capped], r[:bare], target: target, value: in_process, met: in_process <= 1.2),
+        row(name, :shared, r[:shared], r[:bare], target: "reference"),
+        row(name, :shared_capped, r[:shared_capped], r[:bare], target: target, value: host_wide, met: host_wide <= 1.2)
+      ]
+    ensure
+      [shared, shared_capped].each do |b|
+        File.delete(b.shared_path) if b&.shared_path && File.exist?(b.shared_path)
+      end
     end
 
     # closed, `call { 1 }` on a fleet breaker (docs/fleet.md) with Redis up,
