@@ -67,7 +67,7 @@ impl Breaker {
         if permit.probe {
             // Its call never runs: the probe slot goes back.
             let now = this.clock.now();
-            this.finish(ruby, |b, w, c| b.complete(w, c, permit, Outcome::Released, now))?;
+            this.finish(ruby, |b, w, c| b.complete(w, c, permit, Outcome::Released, now, 0))?;
         }
         if let Some(e) = interrupted {
             return Err(e);
