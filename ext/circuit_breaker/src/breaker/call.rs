@@ -115,13 +115,13 @@ impl Breaker {
 
         // With a cap, a slot too (docs/concurrency.md), given back as soon
         // as the block ended, whichever way.
-        let slot = if this.capped {
+        let (slot, in_flight) = if this.capped {
             match Self::take_slot(ruby, rb_self, permit, fallback)? {
-                ControlFlow::Continue(slot) => Some(slot),
+                ControlFlow::Continue(slot) => (Some(slot), this.began_with()),
                 ControlFlow::Break(answer) => return Ok(answer),
             }
         } else {
-            None
+            (None, 0)
         };
         let result = cruby::yield_block();
         if let Some(slot) = slot {
@@ -136,7 +136,11 @@ impl Breaker {
         let duration_ns = end.saturating_sub(start).max(0) as f64;
         if let (Ok(value), None) = (&result, this.failure_if) {
             // The common case, settled without the general matching below.
-            let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, Outcome::Success { duration_ns }, end, 0))?;
+            let tr = this.finish(ruby, |b, w, c| {
+                let tr = b.complete(w, c, permit, Outcome::Success { duration_ns }, end, in_flight);
+                this.publish_cap(b, c);
+                tr
+            })?;
             if !tr.is_empty() {
                 Self::notify(ruby, rb_self, &tr)?;
             }
@@ -144,7 +148,8 @@ impl Breaker {
             // listeners ran.
             return Ok(*std::hint::black_box(value));
         }
-        Self::settle_call(ruby, rb_self, permit, result, duration_ns, end, live, fallback.filter(|f| f.on_failure))
+        let on_failure = fallback.filter(|f| f.on_failure);
+        Self::settle_call(ruby, rb_self, permit, result, duration_ns, end, in_flight, live, on_failure)
     }
 
     /// Asks the locked step to admit a call the published state did not
@@ -188,6 +193,7 @@ impl Breaker {
         result: Result<Value, Unwound>,
         duration_ns: f64,
         end: Nanos,
+        in_flight: u32,
         live: cruby::Live,
         on_failure: Option<&Fallback>,
     ) -> Result<Value, Exit> {
@@ -214,7 +220,11 @@ impl Breaker {
                 Err(e) => (Outcome::Failure { duration_ns }, Some(e)),
             },
         };
-        let tr = this.finish(ruby, |b, w, c| b.complete(w, c, permit, outcome, end, 0))?;
+        let tr = this.finish(ruby, |b, w, c| {
+            let tr = b.complete(w, c, permit, outcome, end, in_flight);
+            this.publish_cap(b, c);
+            tr
+        })?;
         if let Outcome::Failure { .. } = outcome {
             this.failed();
         }

@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use circuit_breaker_core::config::{probe_quota, probe_ratio, MaxConcurrent};
+use circuit_breaker_core::config::{probe_quota, probe_ratio, Concurrency, MaxConcurrent};
 use circuit_breaker_core::{
     Breaker as CoreBreaker, Config, Decision, Options, PlacedWindow, ProbeTimeout, Transitions,
 };
@@ -58,6 +58,9 @@ pub struct Breaker(OnceLock<Inner>);
 struct Inner {
     /// Whether `max_concurrent:` caps the calls in flight (docs/concurrency.md).
     capped: bool,
+    /// Whether the cap is `:adaptive`: every settled call then feeds the
+    /// rule and publishes the cap it leaves (`publish_cap`).
+    adaptive: bool,
     record: Arc<LockedRecord>,
     cfg: Config,
     clock: ClockSource,
@@ -230,6 +233,30 @@ impl Inner {
         }
     }
 
+    /// With `max_concurrent: :adaptive`, inside a locked step that settled
+    /// a call: publishes the cap the rule left where admission reads it
+    /// (docs/concurrency.md). Under the lock, so the last value published
+    /// is the record's.
+    #[inline]
+    fn publish_cap(&self, b: &CoreBreaker, c: &Config) {
+        if self.adaptive {
+            if let Some(cap) = b.concurrency_limit(c) {
+                self.record.slots().set_cap(cap);
+            }
+        }
+    }
+
+    /// The calls in flight a call that just took its slot began with (its
+    /// own included), for the adaptive rule; 0 unless `:adaptive`.
+    #[inline]
+    fn began_with(&self) -> u32 {
+        if self.adaptive {
+            self.record.slots().in_flight()
+        } else {
+            0
+        }
+    }
+
     /// Settles a call's outcome. When the shared lock stays busy (or the
     /// wait is interrupted), the outcome is dropped and counted
     /// (`dropped_records`): the call's own result matters more than its
@@ -361,11 +388,20 @@ impl Breaker {
             None => Self::own(ruby, template, window, &clock)?,
         };
         let capped = cfg.max_concurrent.initial();
-        if let Some(cap) = capped {
+        let adaptive = matches!(cfg.max_concurrent, Concurrency::Adaptive(_));
+        if let Some(initial) = capped {
+            // An adaptive cap is the record's (host-wide in a shared file,
+            // where another process may have moved it): read under the lock.
+            let cap = if adaptive {
+                record.with(|r| r.breaker.concurrency_limit(&cfg)).ok().flatten().unwrap_or(initial)
+            } else {
+                initial
+            };
             record.slots().set_cap(cap);
         }
         let inner = Inner {
             capped: capped.is_some(),
+            adaptive,
             record,
             cfg,
             clock,

@@ -179,12 +179,19 @@ impl Breaker {
             if success.to_bool() { Outcome::Success { duration_ns } } else { Outcome::Failure { duration_ns } };
         let this = rb_self.get(ruby)?;
         let (permit, loose) = queue.map(take_oldest).transpose()?.flatten().unzip();
+        // The calls in flight now (its own slot not yet given back) stand
+        // for those the call began with.
+        let in_flight = this.began_with().max(1);
         if let Some(loose) = loose.flatten() {
             loose.release();
         }
         let now = this.clock.now();
         let tr = this.finish(ruby, |b, w, c| match permit {
-            Some(p) => b.complete(w, c, p, outcome, now, 0),
+            Some(p) => {
+                let tr = b.complete(w, c, p, outcome, now, in_flight);
+                this.publish_cap(b, c);
+                tr
+            }
             None => b.record_unpermitted(w, c, outcome, now),
         })?;
         if let Outcome::Failure { .. } = outcome {
