@@ -116,4 +116,22 @@ RSpec.describe CircuitBreaker, "max_concurrent: across processes", :shared_memor
     ChildProcess.finish(pid, within: 30)
     expect(breaker.metrics[:in_flight]).to eq(0)
   end
+
+  it "moves one adaptive cap for the host: a worker's slow calls lower it for every process" do
+    name = shared_name
+    parent = CircuitBreaker.new(shared: name, max_concurrent: :adaptive, consecutive_failures: nil)
+    expect(parent.metrics[:concurrency_limit]).to eq(20)
+    pid = ChildProcess.fork("an adaptive worker") do
+      clock = CircuitBreaker::ManualClock.new
+      breaker = CircuitBreaker.new(shared: name, max_concurrent: :adaptive, consecutive_failures: nil, clock: clock)
+      5.times { breaker.call { :fast } }
+      20.times { breaker.call { clock.advance(0.5) } }
+      exit!(breaker.metrics[:concurrency_limit] < 20 ? 0 : 1)
+    end
+    expect(ChildProcess.finish(pid, within: 60)).to be_success
+    lowered = parent.metrics[:concurrency_limit]
+    expect(lowered).to be < 20
+    expect(CircuitBreaker.new(shared: name, max_concurrent: :adaptive, consecutive_failures: nil)
+      .metrics[:concurrency_limit]).to eq(lowered)
+  end
 end
