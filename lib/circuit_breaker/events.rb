@@ -31,10 +31,12 @@ class CircuitBreaker
       self
     end
 
-    # Calls the block with the {OpenError} of every rejected call.
+    # Calls the block with the {OpenError} of every rejected call: a
+    # {ConcurrencyLimitError} (`reason` :concurrency_limit) for one refused
+    # at the `max_concurrent:` cap (docs/operating.md, "Events").
     #
     # @example
-    #   breaker.on_reject { |error| metrics.increment("orders.rejected") }
+    #   breaker.on_reject { |error| metrics.increment("orders.rejected.#{error.reason}") }
     # @return [self]
     def on_reject(&listener)
       raise ArgumentError, "on_reject needs a block" unless listener

@@ -126,6 +126,31 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
     end
   end
 
+  shared_examples "a database behind a concurrency cap" do
+    it "passes max_concurrent: and max_wait: to the breaker it builds; over the cap, its rejection says :concurrency_limit" do
+      model.establish_connection(server.config(circuit_breaker: { max_concurrent: 1, max_wait: 0.05, **options }))
+      c = model.connection.tap { |conn| conn.select_value("SELECT 1") }
+      expect(breaker.metrics).to include(concurrency_limit: 1, in_flight: 0)
+      rejected = breaker.metrics[:rejected]
+
+      # The only slot held around the query: it waits max_wait for one, then is refused, once.
+      error = nil
+      waited = nil
+      sent = queries_sent do
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        error = breaker.call { c.select_value("SELECT 1") rescue $! } # rubocop:disable Style/RescueModifier
+        waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      end
+
+      expect(error).to be_a(described_class::OpenError).and be_a(ActiveRecord::ConnectionNotEstablished)
+      expect(error).to have_attributes(reason: :concurrency_limit, limit: 1, breaker_name: breaker.name)
+      expect(CircuitBreaker::ConcurrencyLimitError === error).to be(true)
+      expect(waited).to be >= 0.05
+      expect(sent).to eq(0)
+      expect(breaker.metrics).to include(rejected: rejected + 1, limited: 1, in_flight: 0, failures: 0)
+    end
+  end
+
   shared_examples "a rejection ActiveRecord does not retry" do
     it "rejects a reconnect once: ActiveRecord's connection retries (7.1 on) leave it alone" do
       if ActiveRecord.gem_version < Gem::Version.new("7.1")
@@ -164,6 +189,7 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
     end
 
     include_examples "a protected database"
+    include_examples "a database behind a concurrency cap"
     include_examples "a rejection ActiveRecord does not retry"
 
     it "records too many connections as a failure" do
@@ -210,6 +236,7 @@ RSpec.describe CircuitBreaker::Adapters::ActiveRecord do
     end
 
     include_examples "a protected database"
+    include_examples "a database behind a concurrency cap"
     include_examples "a rejection ActiveRecord does not retry"
 
     it "records too many connections as a failure" do

@@ -132,6 +132,31 @@ RSpec.describe CircuitBreaker::Adapters::GRPC::Interceptor do
     expect(interceptor.breaker.state).to eq(:closed)
   end
 
+  it "passes max_concurrent: and max_wait: to the breaker it builds; over the cap, its rejection says :concurrency_limit" do
+    capped = described_class.new(target, max_concurrent: 1, max_wait: 0.05, **options)
+    client = GrpcSpecStub.new(target, :this_channel_is_insecure, interceptors: [capped])
+    wait_for("an idle gRPC server worker") { @server.instance_variable_get(:@pool).ready_for_work? } # as in ask
+    expect(client.answer(GrpcSpecText.new("ok"), deadline: Time.now + 5).text).to eq("ok")
+    expect(capped.breaker.metrics).to include(concurrency_limit: 1, in_flight: 0)
+    before = calls_made
+
+    # The only slot held around the call: it waits max_wait for one, then is refused.
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    rejected = capped.breaker.call do
+      client.answer(GrpcSpecText.new("ok"), deadline: Time.now + 5)
+    rescue GRPC::BadStatus => e
+      e
+    end
+    waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+
+    expect(rejected).to be_a(CircuitBreaker::Adapters::GRPC::OpenError).and be_a(GRPC::Unavailable)
+    expect(rejected).to have_attributes(reason: :concurrency_limit, limit: 1, breaker_name: "grpc:#{target}")
+    expect(CircuitBreaker::ConcurrencyLimitError === rejected).to be(true)
+    expect(waited).to be >= 0.05
+    expect(calls_made).to eq(before)
+    expect(capped.breaker.metrics).to include(limited: 1, in_flight: 0, failures: 0)
+  end
+
   it "counts a server nobody runs as unavailable" do
     port = TCPServer.new("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
     down = described_class.new("127.0.0.1:#{port}", **options)

@@ -50,6 +50,25 @@ RSpec.describe CircuitBreaker::Adapters::NetHTTP, :integration do
     CircuitBreaker.registry.fetch("net_http:127.0.0.1:#{port}")
   end
 
+  it "passes max_concurrent: and max_wait: to the breakers it builds; over the cap, its rejection says :concurrency_limit" do
+    described_class.protect("127.0.0.1", max_concurrent: 1, max_wait: 0.05, **options)
+    expect(fetch("/status/200").code).to eq("200")
+    expect(breaker.metrics).to include(concurrency_limit: 1, in_flight: 0)
+    before = upstream.requests
+
+    # The breaker's only slot held around the request: it waits max_wait for one, then is refused.
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    error = breaker.call { fetch("/status/200") rescue $! } # rubocop:disable Style/RescueModifier
+    waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+
+    expect(error).to be_a(Errno::ECONNREFUSED).and be_a(CircuitBreaker::Rejection)
+    expect(error).to have_attributes(reason: :concurrency_limit, limit: 1, retry_after: 1.0)
+    expect(CircuitBreaker::ConcurrencyLimitError === error).to be(true)
+    expect(waited).to be >= 0.05
+    expect(upstream.requests).to eq(before)
+    expect(breaker.metrics).to include(limited: 1, in_flight: 0)
+  end
+
   it "leaves hosts it was not told about alone" do
     described_class.protect("orders.internal", **options)
 

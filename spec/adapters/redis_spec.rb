@@ -121,6 +121,25 @@ RSpec.describe CircuitBreaker::Adapters::Redis, :redis do
     it "refuses a bad setting, naming it" do
       expect { command(client(setting: 42), "GET", "k") }.to raise_error(TypeError, /circuit_breaker: must be/)
     end
+
+    it "passes max_concurrent: and max_wait: to the breaker it builds; over the cap, its rejection says :concurrency_limit" do
+      c = client(setting: { max_concurrent: 1, max_wait: 0.05, **options })
+      expect(command(c, "SET", "k", "v")).to eq("OK")
+      expect(breaker.metrics).to include(concurrency_limit: 1, in_flight: 0)
+      before = gets
+
+      # The only slot held around the command: it waits max_wait for one, then is refused.
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      rejected = breaker.call { fail_calls(c, 1).first }
+      waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+
+      expect(rejected).to be_a(rejection_class).and be_a(CircuitBreaker::Rejection)
+      expect(rejected).to have_attributes(reason: :concurrency_limit, limit: 1, breaker_name: name)
+      expect(CircuitBreaker::ConcurrencyLimitError === rejected).to be(true)
+      expect(waited).to be >= 0.05
+      expect(gets).to eq(before)
+      expect(breaker.metrics).to include(limited: 1, in_flight: 0, failures: 0)
+    end
   end
 
   if defined?(::RedisClient)

@@ -106,8 +106,38 @@ RSpec.describe CircuitBreaker::Adapters::Sidekiq::Middleware, :redis do
   end
 
   describe "a job refused at its breaker's concurrency cap (docs/adapters.md)" do
+    # Runs the job inside a call that holds the cap's only slot, so the
+    # job's own call through the breaker is refused; returns whether that
+    # call ran.
+    def run_at_full_cap(breaker, payload)
+      ran = false
+      breaker.call { middleware.call(Object.new, payload, "default") { breaker.call { ran = true } } }
+      ran
+    end
+
     def refusal(name, retry_after: 1.0)
       CircuitBreaker::ConcurrencyLimitError.new(breaker_name: name, limit: 1, retry_after: retry_after)
+    end
+
+    it "is deferred by retry_after (1 s, with jitter), without spending a retry" do
+      breaker = CircuitBreaker.for("payments", clock: clock, max_concurrent: 1)
+      now = Time.now.to_f
+
+      expect(run_at_full_cap(breaker, job(retry_count: 2))).to be(false)
+
+      expect(scheduled.size).to eq(1)
+      entry = scheduled.first
+      expect(entry.item).to include("jid" => "abc123", "args" => [1], "retry_count" => 2, "circuit_breaker_deferrals" => 1)
+      expect(entry.at.to_f).to be_between(now + 1.0, Time.now.to_f + 1.2)
+      expect(breaker.metrics).to include(limited: 1, in_flight: 0, total: 1) # the holding call only
+    end
+
+    it "fails as Sidekiq sees it after max_deferrals, so a cap that stays full cannot defer it for ever" do
+      breaker = CircuitBreaker.for("payments", clock: clock, max_concurrent: 1)
+
+      expect { run_at_full_cap(breaker, job(circuit_breaker_deferrals: 10)) }
+        .to raise_error(CircuitBreaker::ConcurrencyLimitError)
+      expect(scheduled).to be_empty
     end
 
     it "never comes back sooner than 1 s, whatever the error's retry_after says" do
@@ -150,28 +180,36 @@ RSpec.describe CircuitBreaker::Adapters::Sidekiq::Middleware, :redis do
     expect { described_class.new(retries: 1) }.to raise_error(ArgumentError, /unknown option\(s\) retries/)
   end
 
-  it "defers in a real Sidekiq process: the open breaker's job waits, the others run" do
+  it "defers in a real Sidekiq process: the open breaker's job and the one refused at its cap wait, the others run" do
     lib = File.expand_path("../../lib", __dir__)
     app = File.expand_path("../fixtures/sidekiq_app.rb", __dir__)
     sidekiq = Gem.bin_path("sidekiq", "sidekiq") rescue "sidekiq" # rubocop:disable Style/RescueModifier
     %w[up down].each { |name| Sidekiq::Client.push("class" => "RecordingJob", "args" => [name], "circuit_breaker" => name) }
     Sidekiq::Client.push("class" => "RecordingJob", "args" => ["down-10"], "circuit_breaker" => "down",
                          "circuit_breaker_deferrals" => 10)
+    Sidekiq::Client.push("class" => "AtTheCapJob", "args" => ["capped"], "circuit_breaker" => "capped")
+    started = Time.now.to_f
     pid = ChildProcess.spawn({ "REDIS_URL" => redis_server.url, "RUBYLIB" => lib, "RACK_ENV" => "test" },
                              RbConfig.ruby, sidekiq, "-r", app, "-c", "1", "-t", "1",
                              out: File::NULL, err: File::NULL)
     begin
-      redis_server.wait_until("Sidekiq ran two jobs and deferred one") do
-        redis_server.command("LLEN", "ran") == 2 && redis_server.command("ZCARD", "schedule") == 1
+      redis_server.wait_until("Sidekiq ran two jobs and deferred two") do
+        redis_server.command("LLEN", "ran") == 2 && redis_server.command("ZCARD", "schedule") == 2
       end
     ensure
       ChildProcess.stop(pid, grace: 30) # TERM: Sidekiq's shutdown (-t 1), KILL if it hangs
     end
 
     expect(redis_server.command("LRANGE", "ran", 0, -1)).to contain_exactly("up", "down-10")
-    deferred = scheduled.first
-    expect(deferred.item).to include("args" => ["down"], "circuit_breaker_deferrals" => 1)
-    expect(deferred.item).not_to have_key("retry_count")
-    expect(deferred.at.to_f).to be_between(Time.now.to_f + 50, Time.now.to_f + (60 * 1.2))
+    deferred = scheduled.to_h { |entry| [entry.item["args"].first, entry] }
+    expect(deferred.keys).to contain_exactly("down", "capped")
+    expect(deferred["down"].item).to include("circuit_breaker_deferrals" => 1)
+    expect(deferred["down"].item).not_to have_key("retry_count")
+    expect(deferred["down"].at.to_f).to be_between(Time.now.to_f + 50, Time.now.to_f + (60 * 1.2))
+    # Refused at the cap inside the job: deferred by 1 s, no retry spent
+    # (again if the poller, 10 s or more after the start, brought it back).
+    expect(deferred["capped"].item["circuit_breaker_deferrals"]).to be >= 1
+    expect(deferred["capped"].item).not_to have_key("retry_count")
+    expect(deferred["capped"].at.to_f).to be_between(started + 1.0, Time.now.to_f + 1.2)
   end
 end

@@ -50,6 +50,23 @@ RSpec.describe CircuitBreaker::Dashboard do
       expect(row).to include('<td><span class="cap">no cap</span></td>')
     end
 
+    it "shows the calls in flight against the cap and the calls refused at it (docs/concurrency.md)" do
+      capped = build_breaker(clock: clock, name: "capped", max_concurrent: 2)
+      page = Rack::MockRequest.new(described_class.new(breakers: { "capped" => capped }))
+      body = nil
+      # Two calls in flight (one inside the other), a third refused.
+      capped.call do
+        capped.call do
+          expect { capped.call { :not_run } }.to raise_error(CircuitBreaker::ConcurrencyLimitError)
+          body = page.get("/").body
+        end
+      end
+      cell = body[%r{<td><span class="cap".*?</td>}m]
+      expect(cell).to eq('<td><span class="cap" data-in-flight="2" data-limit="2">2 / 2 in flight</span><br>' \
+                         '<span class="limited">1 limited</span></td>')
+      expect(page.get("/").body).to include('data-in-flight="0" data-limit="2">0 / 2 in flight')
+    end
+
     it "escapes names in HTML and URLs, and links the forms under the mount point" do
       get "/", {}, "SCRIPT_NAME" => "/ops/breakers"
       body = last_response.body

@@ -136,6 +136,30 @@ RSpec.describe CircuitBreaker, "events" do
       expect(rejections.map { |e| [e.state, e.retry_after] }).to eq([[:half_open, 1.0]])
     end
 
+    it "is called with the ConcurrencyLimitError of a call refused at the cap (reason :concurrency_limit)" do
+      capped = CircuitBreaker.new(name: "capped", clock: clock, max_concurrent: 1)
+      heard = []
+      capped.on_reject { |error| heard << error }
+      raised = capped.call do
+        capped.call { :not_run }
+      rescue CircuitBreaker::ConcurrencyLimitError => e
+        e
+      end
+      expect(heard).to eq([raised])
+      expect(raised).to have_attributes(breaker_name: "capped", reason: :concurrency_limit, state: :closed, limit: 1,
+                                        retry_after: 1.0)
+      expect(rejections).to be_empty # another breaker's listener
+    end
+
+    it "is called with a ConcurrencyLimitError when allow? answers false at the cap" do
+      capped = CircuitBreaker.new(name: "capped", clock: clock, max_concurrent: 1)
+      heard = []
+      capped.on_reject { |error| heard << error }
+      expect([capped.allow?, capped.allow?]).to eq([true, false]) # the first holds the only slot
+      capped.record_success
+      expect(heard.map { |e| [e.class, e.reason, e.limit] }).to eq([[CircuitBreaker::ConcurrencyLimitError, :concurrency_limit, 1]])
+    end
+
     it "is not called for admitted calls" do
       3.times { breaker.call { :ok } }
       expect(breaker.allow?).to be(true)

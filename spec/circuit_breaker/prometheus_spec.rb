@@ -78,6 +78,32 @@ RSpec.describe CircuitBreaker::Prometheus do
     expect(s.keys.grep(/in_flight|concurrency_limit/)).to be_empty
   end
 
+  # docs/concurrency.md: a call inside another of the same breaker holds a
+  # second slot, so a cap of 1 refuses it.
+  it "renders the calls in flight, the cap and the limited calls of a capped breaker" do
+    capped = breaker(max_concurrent: 1)
+    inside = nil
+    capped.call do
+      expect { capped.call { :not_run } }.to raise_error(CircuitBreaker::ConcurrencyLimitError)
+      inside = samples(described_class.render({ "capped" => capped }))
+    end
+    expect(inside).to include('circuit_breaker_in_flight_calls{breaker="capped"}' => "1",
+                              'circuit_breaker_concurrency_limit{breaker="capped"}' => "1",
+                              'circuit_breaker_limited_calls_total{breaker="capped"}' => "1",
+                              'circuit_breaker_rejected_calls_total{breaker="capped"}' => "1")
+    after = samples(described_class.render({ "capped" => capped }))
+    expect(after).to include('circuit_breaker_in_flight_calls{breaker="capped"}' => "0",
+                             'circuit_breaker_limited_calls_total{breaker="capped"}' => "1")
+  end
+
+  it "renders the adaptive cap's current value as the concurrency limit" do
+    adaptive = breaker(max_concurrent: :adaptive, adaptive_initial: 7)
+    s = samples(described_class.render({ "adaptive" => adaptive }))
+    expect(s).to include('circuit_breaker_in_flight_calls{breaker="adaptive"}' => "0",
+                         'circuit_breaker_concurrency_limit{breaker="adaptive"}' => adaptive.metrics[:concurrency_limit].to_s)
+    expect(adaptive.metrics[:concurrency_limit]).to eq(7)
+  end
+
   it "marks the counters of a shared: breaker as host-wide", :shared_memory do
     key = "spec-prom-#{Process.pid}-#{rand(1 << 32)}"
     b = CircuitBreaker.new(shared: key)
@@ -118,6 +144,22 @@ RSpec.describe CircuitBreaker::Prometheus do
       breakers["disabled"].disable!
       breakers.each_value { |b| attempt(b) }
       text = described_class.render(breakers, labels: { worker: "0" })
+      out, status = promtool(text)
+      expect([out, status.exitstatus]).to eq(["", 0])
+    end
+
+    it "finds nothing to say about the exposition of capped breakers (fixed and adaptive) beside uncapped ones" do
+      capped = breaker(max_concurrent: 1)
+      breakers = { "plain" => breaker, "capped" => capped, "adaptive" => breaker(max_concurrent: :adaptive) }
+      text = nil
+      capped.call do
+        capped.call { :not_run } rescue CircuitBreaker::ConcurrencyLimitError # rubocop:disable Style/RescueModifier
+        text = described_class.render(breakers, labels: { worker: "0" })
+      end
+      expect(text).to include("# TYPE circuit_breaker_limited_calls_total counter",
+                              "# TYPE circuit_breaker_in_flight_calls gauge",
+                              "# TYPE circuit_breaker_concurrency_limit gauge",
+                              'circuit_breaker_limited_calls_total{breaker="capped",worker="0"} 1')
       out, status = promtool(text)
       expect([out, status.exitstatus]).to eq(["", 0])
     end

@@ -60,4 +60,27 @@ RSpec.describe CircuitBreaker::Dashboard, "in a real browser", :integration do
     expect(File.binread(shot, 8)).to eq("\x89PNG\r\n\x1A\n".b)
     RSpec.configuration.reporter.message("status page screenshot (tripped): #{shot.delete_prefix("#{root}/")}")
   end
+
+  it "shows a capped breaker's calls in flight against its cap, and no cap for the others" do
+    app, = Rack::Builder.parse_file(File.join(root, "examples/status_page.ru"))
+    url = serve(app)
+    ENV["BREAKERS_PASSWORD"] = "pw-#{Process.pid}"
+    search = CircuitBreaker.for("search", max_concurrent: 4)
+    inside = Queue.new
+    release = Queue.new
+    holder = Thread.new { search.call { inside << true; release.pop } }
+
+    WebDriver.open do |browser|
+      wait_until(what: "the call inside the breaker") { inside.size == 1 }
+      browser.visit("#{url.sub('//', "//ops:pw-#{Process.pid}@")}/circuit_breakers/")
+      # The page reloads itself (refresh: 5): it shows the held call.
+      expect(browser.wait_for_attribute("#breaker-search .cap", "data-in-flight") { |n| n == "1" }).to eq("1")
+      expect(browser.wait_for_text("#breaker-search .cap") { |t| t == "1 / 4 in flight" }).to eq("1 / 4 in flight")
+      expect(browser.wait_for_text("#breaker-search .limited") { |t| t == "0 limited" }).to eq("0 limited")
+      expect(browser.wait_for_text("#breaker-payments .cap") { |t| t == "no cap" }).to eq("no cap")
+    end
+  ensure
+    release&.push(true)
+    holder&.join(30)
+  end
 end

@@ -136,6 +136,78 @@ RSpec.describe CircuitBreaker::Faraday, :integration do
     end
   end
 
+  # docs/faraday.md: a call refused at the breaker's max_concurrent: cap is a
+  # rejection like any other.
+  context "at the breaker's concurrency cap" do
+    let(:breaker) { CircuitBreaker.new(name: "orders", max_concurrent: 1, clock: clock) }
+
+    # A request of another thread that holds the only slot: an inner
+    # middleware keeps it inside the breaker until `release` is given.
+    def hold_the_slot(release)
+      inside = Queue.new
+      gate = Class.new(Faraday::Middleware) do
+        define_method(:call) do |env|
+          inside << true
+          release.pop
+          @app.call(env)
+        end
+      end
+      holder = connection(inner: gate)
+      thread = Thread.new { holder.get("/status/200").status }
+      wait_until(what: "the holding request inside the breaker") { inside.size == 1 }
+      thread
+    end
+
+    it "raises CircuitBreaker::ConcurrencyLimitError without a request, and the held request ends as usual" do
+      release = Queue.new
+      holder = hold_the_slot(release)
+      before = upstream.requests
+
+      expect { connection.get("/status/200") }.to raise_error(CircuitBreaker::ConcurrencyLimitError) { |e|
+        expect([e.reason, e.limit, e.retry_after]).to eq([:concurrency_limit, 1, 1.0])
+      }
+      expect(upstream.requests).to eq(before)
+      release << true
+      expect(holder.join(30)&.value).to eq(200)
+      expect(breaker.metrics).to include(total: 1, failures: 0, rejected: 1, limited: 1, in_flight: 0)
+      expect(connection.get("/status/200").status).to eq(200)
+    ensure
+      release << true # a failure above leaves the holder waiting
+      holder&.join(30)
+    end
+
+    it "answers with the fallback: 503 and a Retry-After of 1" do
+      release = Queue.new
+      holder = hold_the_slot(release)
+      before = upstream.requests
+
+      response = connection(fallback: 503).get("/status/200")
+
+      expect([response.status, response.headers["Retry-After"], response.body]).to eq([503, "1", ""])
+      expect(upstream.requests).to eq(before)
+    ensure
+      release << true
+      holder&.join(30)
+    end
+
+    it "is not retried by the retry middleware before it" do
+      release = Queue.new
+      holder = hold_the_slot(release)
+      b = breaker
+      conn = Faraday.new(upstream.url) do |f|
+        f.request :retry, max: 2, interval: 0
+        f.use described_class, breaker: b
+        f.adapter :net_http
+      end
+
+      expect { conn.get("/status/200") }.to raise_error(CircuitBreaker::ConcurrencyLimitError)
+      expect(breaker.metrics[:limited]).to eq(1) # one attempt, no retry
+    ensure
+      release << true
+      holder&.join(30)
+    end
+  end
+
   it "counts failure statuses whatever the breaker's record_errors: and ignore_errors: say" do
     narrow = CircuitBreaker.new(window: CircuitBreaker::SlidingWindow.new(size: 10), min_calls: 10,
                                 record_errors: [Faraday::ConnectionFailed], ignore_errors: [Faraday::ServerError],

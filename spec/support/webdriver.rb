@@ -70,6 +70,17 @@ class WebDriver
     end
   end
 
+  # The rendered text of the element matching `css`, once the block
+  # accepts it (looked up again each time, as above).
+  def wait_for_text(css)
+    wait_for("#{css}'s text as expected") do
+      value = command(:get, "element/#{find(css)}/text")
+      value if yield(value)
+    rescue Error
+      nil
+    end
+  end
+
   # A PNG of the window, written to `path`.
   def screenshot(path)
     File.binwrite(path, command(:get, "screenshot").unpack1("m"))

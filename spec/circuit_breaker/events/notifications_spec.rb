@@ -74,6 +74,20 @@ RSpec.describe CircuitBreaker, "ActiveSupport::Notifications", :integration do
                                  { name: "notified", state: :forced_open, retry_after: nil, reason: :forced_open }])
   end
 
+  it "instruments a call refused at the concurrency cap, with reason: :concurrency_limit and the cap" do
+    capped = CircuitBreaker.new(name: "notified", clock: clock, max_concurrent: 1)
+    capped.call { expect { capped.call { :not_run } }.to raise_error(CircuitBreaker::ConcurrencyLimitError) }
+    expect(received).to eq([["rejected.circuit_breaker",
+                             { name: "notified", state: :closed, retry_after: 1.0, reason: :concurrency_limit, limit: 1 }]])
+  end
+
+  it "instruments allow? answering false at the concurrency cap the same way" do
+    capped = CircuitBreaker.new(name: "notified", clock: clock, max_concurrent: 1)
+    expect([capped.allow?, capped.allow?]).to eq([true, false])
+    capped.record_success
+    expect(received.map { |_, payload| payload.values_at(:reason, :limit) }).to eq([[:concurrency_limit, 1]])
+  end
+
   it "reports a subscriber's exception with warn and never raises it into call" do
     failing = ActiveSupport::Notifications.subscribe("state_change.circuit_breaker") { raise "subscriber broke" }
     expect do
