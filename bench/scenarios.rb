@@ -23,6 +23,8 @@ module Bench
     IMPLS = {
       bare: "bare Ruby", article: "article (Ruby)", gem: "circuit_breaker", shared: "circuit_breaker shared:",
       capped: "circuit_breaker max_concurrent: 100", shared_capped: "circuit_breaker shared:, max_concurrent: 100",
+      adaptive: "circuit_breaker max_concurrent: :adaptive",
+      shared_adaptive: "circuit_breaker shared:, max_concurrent: :adaptive",
       fleet_up: "fleet:, Redis up", fleet_paused: "fleet:, Redis paused (SIGSTOP)", fleet_down: "fleet:, Redis down"
     }.freeze
 
@@ -89,9 +91,9 @@ module Bench
       File.delete(shared.shared_path) if shared&.shared_path && File.exist?(shared.shared_path)
     end
 
-    # closed, `call { 1 }` with a concurrency cap (docs/concurrency.md)
-    # against the same breaker without one, in process memory and in
-    # shared memory (the cap host-wide)
+    # closed, `call { 1 }` with a concurrency cap (docs/concurrency.md),
+    # fixed and adaptive, against the same breaker without one, in process
+    # memory and in shared memory (the cap host-wide)
     def capped
       key = "bench-capped-#{Process.pid}"
       window = -> { CircuitBreaker::SlidingWindow.new(size: 100) }
@@ -99,30 +101,40 @@ module Bench
       capped = CircuitBreaker.new(window: window.call, max_concurrent: 100)
       shared = CircuitBreaker.new(window: window.call, shared: key)
       shared_capped = CircuitBreaker.new(window: window.call, shared: "#{key}-capped", max_concurrent: 100)
+      adaptive = CircuitBreaker.new(window: window.call, max_concurrent: :adaptive)
+      shared_adaptive = CircuitBreaker.new(window: window.call, shared: "#{key}-adaptive", max_concurrent: :adaptive)
       r = Bench.measure({
                           bare: Bench.plain("r.run { 1 }", r: Bare::Yield.new),
                           gem: Bench.plain("r.call { 1 }", r: local),
                           capped: Bench.plain("r.call { 1 }", r: capped),
                           shared: Bench.plain("r.call { 1 }", r: shared),
-                          shared_capped: Bench.plain("r.call { 1 }", r: shared_capped)
+                          shared_capped: Bench.plain("r.call { 1 }", r: shared_capped),
+                          adaptive: Bench.plain("r.call { 1 }", r: adaptive),
+                          shared_adaptive: Bench.plain("r.call { 1 }", r: shared_adaptive)
                         })
-      [capped, shared_capped].each do |b|
+      [capped, shared_capped, adaptive, shared_adaptive].each do |b|
         m = b.metrics
         check(m[:state] == :closed && m[:total] == 100 && m[:in_flight].zero? && m[:limited].zero?, "capped: #{m}")
       end
       name = "closed success with a concurrency cap"
       in_process = Bench.ratio(r[:capped], r[:gem])
       host_wide = Bench.ratio(r[:shared_capped], r[:shared])
+      adaptive_in_process = Bench.ratio(r[:adaptive], r[:gem])
+      adaptive_host_wide = Bench.ratio(r[:shared_adaptive], r[:shared])
       target = "≤ 1.2× the same breaker without a cap"
       [
         row(name, :bare, r[:bare], r[:bare], target: "baseline"),
         row(name, :gem, r[:gem], r[:bare], target: "reference"),
         row(name, :capped, r[:capped], r[:bare], target: target, value: in_process, met: in_process <= 1.2),
         row(name, :shared, r[:shared], r[:bare], target: "reference"),
-        row(name, :shared_capped, r[:shared_capped], r[:bare], target: target, value: host_wide, met: host_wide <= 1.2)
+        row(name, :shared_capped, r[:shared_capped], r[:bare], target: target, value: host_wide, met: host_wide <= 1.2),
+        row(name, :adaptive, r[:adaptive], r[:bare], target: target, value: adaptive_in_process,
+                                                     met: adaptive_in_process <= 1.2),
+        row(name, :shared_adaptive, r[:shared_adaptive], r[:bare], target: target, value: adaptive_host_wide,
+                                                                   met: adaptive_host_wide <= 1.2)
       ]
     ensure
-      [shared, shared_capped].each do |b|
+      [shared, shared_capped, shared_adaptive].each do |b|
         File.delete(b.shared_path) if b&.shared_path && File.exist?(b.shared_path)
       end
     end

@@ -184,7 +184,7 @@ impl AdaptiveLimit {
     /// and cuts the cap by the smallest gradient, [`MIN_GRADIENT`].
     pub fn sample(&mut self, s: &AdaptiveSettings, latency_ns: f64, success: bool, in_flight: u32) {
         // NaN, a clock gone back, or no end: no information.
-        if latency_ns.is_nan() || latency_ns < 0.0 || latency_ns.is_infinite() {
+        if !(latency_ns >= 0.0 && latency_ns.is_finite()) {
             return;
         }
         if self.limit < 1.0 {
@@ -216,25 +216,27 @@ impl AdaptiveLimit {
             self.recent + (x.min(self.recent * OUTLIER) - self.recent) * RECENT_WEIGHT
         };
         let limit = self.limit;
-        let gradient = (TOLERANCE * self.noload / self.recent).clamp(MIN_GRADIENT, 1.0);
-        // A slow failure takes the smallest gradient.
-        let gradient = if success { gradient } else { MIN_GRADIENT };
-        let target = if gradient < 1.0 {
+        let target = if success && self.recent <= TOLERANCE * self.noload {
+            // The gradient is 1: latency near no-load.
+            if used * 2.0 < limit {
+                // The callers use less than half the cap: a higher cap
+                // would be a guess (Netflix's Gradient2 does not grow then
+                // either). Nothing moves (the common case, kept short).
+                return;
+            }
+            // The cap in use: room for a queue of √limit more, as
+            // Netflix's gradient limit and Envoy's filter leave.
+            limit + limit.sqrt()
+        } else {
+            // A slow failure takes the smallest gradient.
+            let gradient =
+                if success { (TOLERANCE * self.noload / self.recent).max(MIN_GRADIENT) } else { MIN_GRADIENT };
             // The gradient scales the cap, or the calls in flight when this
             // call began if they were more: such a call began before the
             // cap was last cut, and cutting the cut cap again by its
             // latency would take the cap far below what the dependency
             // serves at that latency (the cut lags a round trip).
             limit.min(limit.max(used) * gradient)
-        } else if used * 2.0 >= limit {
-            // Latency near no-load and the cap in use: room for a queue of
-            // √limit more, as Netflix's gradient limit and Envoy's filter
-            // leave.
-            limit + limit.sqrt()
-        } else {
-            // The callers use less than half the cap: a higher cap would be
-            // a guess (Netflix's Gradient2 does not grow then either).
-            limit
         };
         self.limit = (limit + (target - limit) * s.smoothing).clamp(f64::from(s.min), f64::from(s.max));
     }

@@ -240,8 +240,11 @@ impl Inner {
     #[inline]
     fn publish_cap(&self, b: &CoreBreaker, c: &Config) {
         if self.adaptive {
-            if let Some(cap) = b.concurrency_limit(c) {
-                self.record.slots().set_cap(cap);
+            let slots = self.record.slots();
+            // Stored only when it moved: most calls leave it where it is,
+            // and a store would dirty the line every process reads.
+            if let Some(cap) = b.concurrency_limit(c).filter(|&cap| slots.cap() != Some(cap)) {
+                slots.set_cap(cap);
             }
         }
     }
