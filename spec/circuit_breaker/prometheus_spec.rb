@@ -96,12 +96,15 @@ RSpec.describe CircuitBreaker::Prometheus do
                              'circuit_breaker_limited_calls_total{breaker="capped"}' => "1")
   end
 
-  it "renders the adaptive cap's current value as the concurrency limit" do
-    adaptive = breaker(max_concurrent: :adaptive, adaptive_initial: 7)
-    s = samples(described_class.render({ "adaptive" => adaptive }))
-    expect(s).to include('circuit_breaker_in_flight_calls{breaker="adaptive"}' => "0",
-                         'circuit_breaker_concurrency_limit{breaker="adaptive"}' => adaptive.metrics[:concurrency_limit].to_s)
-    expect(adaptive.metrics[:concurrency_limit]).to eq(7)
+  it "renders the adaptive cap's current value as the concurrency limit, as it moves" do
+    adaptive = breaker(max_concurrent: :adaptive, adaptive_initial: 7, consecutive_failures: nil)
+    limit = -> { samples(described_class.render({ "adaptive" => adaptive }))['circuit_breaker_concurrency_limit{breaker="adaptive"}'] }
+    expect(limit.call).to eq("7")
+    # Fast calls, then fifty times slower ones (docs/choices.md): the cap falls.
+    5.times { adaptive.call { clock.advance(0.01) } }
+    20.times { adaptive.call { clock.advance(0.5) } }
+    expect(adaptive.metrics[:concurrency_limit]).to be < 7
+    expect(limit.call).to eq(adaptive.metrics[:concurrency_limit].to_s)
   end
 
   it "marks the counters of a shared: breaker as host-wide", :shared_memory do
