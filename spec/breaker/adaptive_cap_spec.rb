@@ -81,6 +81,8 @@ RSpec.describe CircuitBreaker, "max_concurrent: :adaptive" do
     breaker.allow? && breaker.record_failure(duration_ms: 30_000)
     expect(limit).to be < after_slow
     expect(breaker.metrics[:in_flight]).to eq(0)
+    breaker.reset!
+    expect(limit).to eq(20) # reset! starts it afresh, at adaptive_initial
   end
 
   it "keeps its settings' bounds" do

@@ -14,7 +14,12 @@ impl Breaker {
         Self::use_fleet(ruby, rb_self)?;
         let this = rb_self.get(ruby)?;
         let now = this.clock.now();
-        let tr = this.locked_or_raise(ruby, |b, w, c| op(b, w, c, now))?;
+        let tr = this.locked_or_raise(ruby, |b, w, c| {
+            let tr = op(b, w, c, now);
+            // reset! starts an adaptive cap afresh.
+            this.publish_cap(b, c);
+            tr
+        })?;
         Self::notify(ruby, rb_self, &tr)?;
         Ok(rb_self)
     }

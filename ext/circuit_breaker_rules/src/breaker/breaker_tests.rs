@@ -1990,6 +1990,9 @@ fn settled_calls_feed_the_adaptive_cap_whatever_the_state() {
     r.b.complete(&mut r.w, &r.cfg, p, Outcome::Failure { duration_ns: 1.0e9 }, now, fallen);
     assert!(r.b.concurrency_limit(&r.cfg).unwrap() < fallen);
 
+    r.b.reset(&mut r.w, &r.cfg, now);
+    assert_eq!(r.b.concurrency_limit(&r.cfg), Some(20), "reset starts it afresh");
+
     let fixed = Rig::new(100, |o| o.max_concurrent = MaxConcurrent::Fixed(3));
     assert_eq!(fixed.b.concurrency_limit(&fixed.cfg), Some(3));
     let none = Rig::new(100, |_| ());

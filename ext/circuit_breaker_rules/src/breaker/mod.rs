@@ -340,8 +340,11 @@ impl Breaker {
         self.manual(State::Open, w, cfg, now)
     }
 
-    /// Closes now and empties the window.
+    /// Closes now, empties the window, and starts the adaptive cap afresh
+    /// (at `adaptive_initial`): a breaker as new, as a test suite resetting
+    /// its breakers between examples expects.
     pub fn reset<S: Slots, B: Buckets>(&mut self, w: &mut Window<S, B>, cfg: &Config, now: Nanos) -> Transitions {
+        self.adaptive = AdaptiveLimit::default();
         self.manual(State::Closed, w, cfg, now)
     }
 
