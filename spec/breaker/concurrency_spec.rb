@@ -186,4 +186,24 @@ RSpec.describe CircuitBreaker, "max_concurrent:" do
       expect(breaker.metrics[:in_flight]).to eq(0)
     end
   end
+
+  describe ":adaptive" do
+    it "reports its current cap, which falls as latency rises, and holds calls to it" do
+      window = CircuitBreaker::SlidingWindow.new(size: 10, slow_threshold_ms: 100_000)
+      breaker = described_class.new(max_concurrent: :adaptive, clock: clock, window: window, min_calls: 1000)
+      expect(breaker.metrics).to include(in_flight: 0, concurrency_limit: 20)
+      50.times { breaker.call { clock.advance(0.01) } }
+      expect(breaker.metrics[:concurrency_limit]).to eq(20)
+      50.times { breaker.call { clock.advance(0.5) } } # 50 times slower
+      limit = breaker.metrics[:concurrency_limit]
+      expect(limit).to be < 10
+      release = Queue.new
+      holders = hold_slots(breaker, limit, release)
+      expect { breaker.call { :ran } }.to raise_error(CircuitBreaker::ConcurrencyLimitError) { |e|
+        expect(e.limit).to eq(limit)
+      }
+      limit.times { release << true }
+      holders.each { |t| t.join(30) }
+    end
+  end
 end

@@ -13,6 +13,17 @@
 //! is a zombie, or runs another program started later: a reused pid) and
 //! takes their slots off the count.
 //!
+//! Within a process, slots are taken and given back one at a time (the
+//! binding does so holding Ruby's GVL): what only this process writes (the
+//! count in process memory, its holder's count in a shared file) is
+//! written with plain atomic loads and stores, not read-modify-writes,
+//! which keeps a capped call within a few nanoseconds of an uncapped one
+//! (docs/performance.md); the host-wide count of a shared file, which
+//! other processes change too, is compare-and-swapped. A waiter
+//! ([`Slots::wait_for_free`]) runs without that serialization, so it only
+//! watches the count and looks for dead holders; its caller takes the
+//! slot once serialized again.
+//!
 //! Invariants:
 //! - a slot is taken by raising its holder's count first, then the total;
 //!   given back by lowering the total first, then the holder's. A process
@@ -23,9 +34,11 @@
 //! - a slot belongs to the process that took it: a forked child starts
 //!   with none of its parent's (a slot it inherited is given back by
 //!   nobody in the child, [`Slot`] carries the fork count);
-//! - giving a slot back bumps a word that waiters (`max_wait:`) sleep on
-//!   (a futex on Linux, shared between processes for a shared file), and
-//!   wakes one of them.
+//! - giving a slot back while a waiter (`max_wait:`) sleeps bumps the word
+//!   it sleeps on (a futex on Linux, shared between processes for a shared
+//!   file) and wakes one. A release that races with a waiter going to
+//!   sleep may miss it; the waiter then looks again after at most
+//!   [`WAIT_SLICE`].
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
@@ -39,9 +52,9 @@ use crate::heap_lock::{forks, forks_hooked};
 pub const HOLDERS: usize = 256;
 /// How often at most a caller at the cap looks for dead holders.
 pub const SWEEP_EVERY: Nanos = 100_000_000;
-/// The longest a waiter sleeps before it looks again (for dead holders,
-/// and for Ruby wanting its thread back).
-const WAIT_SLICE: Nanos = 10_000_000;
+/// The longest a waiter sleeps before it looks again (for a release it
+/// missed, dead holders, and Ruby wanting its thread back).
+pub const WAIT_SLICE: Nanos = 10_000_000;
 
 /// The count of calls in flight and its cap: plain atomics, in process
 /// memory or in a shared file (its layout is hashed, [`InFlight::layout`]).
@@ -50,7 +63,7 @@ const WAIT_SLICE: Nanos = 10_000_000;
 pub struct InFlight {
     /// Calls in flight (every holder's).
     count: AtomicU32,
-    /// The cap; 0: none.
+    /// The cap; 0: none set.
     cap: AtomicU32,
     /// Bumped whenever a slot is given back: waiters sleep on it.
     released: AtomicU32,
@@ -112,8 +125,18 @@ impl Holders {
 pub struct Slot {
     /// The holder entry counted, or [`UNTRACKED`] / [`UNCOUNTED`].
     holder: u32,
+    /// Calls in flight once it was taken, itself included (0: uncounted).
+    began_with: u32,
     /// The process's fork count when it was taken.
     forks: u64,
+}
+
+impl Slot {
+    /// Calls in flight (in the cap's scope) once this one was taken, itself
+    /// included; 0 when it was not counted. What the adaptive cap samples.
+    pub fn began_with(&self) -> u32 {
+        self.began_with
+    }
 }
 
 /// A slot counted in the total but in no holder's entry.
@@ -143,10 +166,18 @@ impl<'a> Slots<'a> {
         Self { counts, holders: Some((holders, mine)) }
     }
 
-    /// Sets the cap (0: none). Every process sharing a file sets the same
-    /// one: its configuration is part of the file's key.
+    /// Sets the cap (a breaker without one takes no slots: 0 refuses
+    /// every take). Every process sharing a file sets the same one: its
+    /// configuration is part of the file's key.
     pub fn set_cap(&self, cap: u32) {
         forks(); // the fork hook, which `forks_hooked` relies on
+        self.publish_cap(cap);
+    }
+
+    /// Publishes a new cap (the adaptive rule's, after a step that settled
+    /// a call), once [`Slots::set_cap`] set the first.
+    #[inline]
+    pub fn publish_cap(&self, cap: u32) {
         self.counts.cap.store(cap, Ordering::Release);
     }
 
@@ -173,50 +204,61 @@ impl<'a> Slots<'a> {
         self.counts.limited.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Takes a slot if the count is below the cap, without waiting. No
-    /// cap: a slot that counts nothing.
+    /// Takes a slot if the count is below the cap, without waiting. The
+    /// process's callers must take and give back slots one at a time (see
+    /// the module doc).
     #[inline]
     pub fn try_take(&self) -> Option<Slot> {
         let forks = forks_hooked();
         let Some((holders, mine)) = self.holders else {
             self.heap_fork(forks);
-            return self.raise_total().then_some(Slot { holder: UNTRACKED, forks });
+            // Only this process writes it: see the module doc.
+            let cap = self.counts.cap.load(Ordering::Acquire);
+            let n = self.counts.count.load(Ordering::Relaxed);
+            if n >= cap {
+                return None;
+            }
+            self.counts.count.store(n + 1, Ordering::Relaxed);
+            return Some(Slot { holder: UNTRACKED, began_with: n + 1, forks });
         };
         let Some(index) = self.holder(holders, mine, forks) else {
             // Every entry taken by a live process: admitted, uncounted
             // (errs toward admitting).
-            return Some(Slot { holder: UNCOUNTED, forks });
+            return Some(Slot { holder: UNCOUNTED, began_with: 0, forks });
         };
-        let entry = &holders.entries[index];
-        // The holder's count first: see the module doc.
-        entry.held.fetch_add(1, Ordering::AcqRel);
-        if self.raise_total() {
-            Some(Slot { holder: index as u32, forks })
+        let held = &holders.entries[index].held;
+        // The holder's count first (see the module doc); only this
+        // process writes it.
+        let mine_now = held.load(Ordering::Relaxed);
+        held.store(mine_now.saturating_add(1), Ordering::Release);
+        if let Some(began_with) = self.raise_total() {
+            Some(Slot { holder: index as u32, began_with, forks })
         } else {
-            entry.held.fetch_sub(1, Ordering::AcqRel);
+            held.store(mine_now, Ordering::Release);
             None
         }
     }
 
-    /// Raises the total by one unless it is at the cap.
+    /// Raises the host-wide total by one unless it is at the cap: the new
+    /// total.
     #[inline]
-    fn raise_total(&self) -> bool {
+    fn raise_total(&self) -> Option<u32> {
         let cap = self.counts.cap.load(Ordering::Acquire);
         let mut n = self.counts.count.load(Ordering::Acquire);
         loop {
-            if cap != 0 && n >= cap {
-                return false;
+            if n >= cap {
+                return None;
             }
-            match self.counts.count.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
+            match self.counts.count.compare_exchange_weak(n, n + 1, Ordering::SeqCst, Ordering::Acquire) {
+                Ok(_) => return Some(n + 1),
                 Err(now) => n = now,
             }
         }
     }
 
-    /// Lowers the total by up to `n`, never below zero.
+    /// Lowers the host-wide total by up to `n`, never below zero.
     fn lower_total(&self, n: u32) {
-        let _ = self.counts.count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(n)));
+        let _ = self.counts.count.fetch_update(Ordering::SeqCst, Ordering::Acquire, |c| Some(c.saturating_sub(n)));
     }
 
     /// In process memory, a forked child's first use starts from no slot.
@@ -229,22 +271,30 @@ impl<'a> Slots<'a> {
         }
     }
 
-    /// Gives `slot` back and wakes a waiter. A slot taken before this
-    /// process was forked (in its parent) is not this process's to give.
+    /// Gives `slot` back, and wakes a waiter if one sleeps. A slot taken
+    /// before this process was forked (in its parent) is not this
+    /// process's to give. Serialized as [`Slots::try_take`].
     #[inline]
     pub fn release(&self, slot: Slot) {
         if slot.holder == UNCOUNTED || slot.forks != forks_hooked() {
             return;
         }
-        // The total first: see the module doc.
-        self.lower_total(1);
-        if let Some((holders, _)) = self.holders {
-            if let Some(entry) = holders.entries.get(slot.holder as usize) {
-                let _ = entry.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| Some(c.saturating_sub(1)));
+        match self.holders {
+            None => {
+                let n = self.counts.count.load(Ordering::Relaxed);
+                self.counts.count.store(n.saturating_sub(1), Ordering::Release);
+            }
+            Some((holders, _)) => {
+                // The total first: see the module doc.
+                self.lower_total(1);
+                if let Some(entry) = holders.entries.get(slot.holder as usize) {
+                    let held = entry.held.load(Ordering::Relaxed);
+                    entry.held.store(held.saturating_sub(1), Ordering::Release);
+                }
             }
         }
-        self.counts.released.fetch_add(1, Ordering::Release);
-        if self.counts.sleepers.load(Ordering::Acquire) > 0 {
+        if self.counts.sleepers.load(Ordering::SeqCst) > 0 {
+            self.counts.released.fetch_add(1, Ordering::SeqCst);
             sys::wake(&self.counts.released, 1, self.holders.is_some());
         }
     }
@@ -308,29 +358,40 @@ impl<'a> Slots<'a> {
         freed > 0
     }
 
-    /// Waits for a slot until `deadline` on the host's monotonic clock
-    /// ([`HostClock`]), looking for dead holders meanwhile, and giving up
-    /// once `stop` is set (by another thread). Blocks: call it without any
+    /// Waits until the count is below the cap (true), looking for dead
+    /// holders meanwhile, or until `deadline` on the host's monotonic clock
+    /// ([`HostClock`]) or `stop` is set by another thread (false). Takes
+    /// nothing: the caller takes the slot with [`Slots::try_take`], which
+    /// another caller may have taken first. Blocks: call it without any
     /// runtime lock held.
-    pub fn wait(&self, deadline: Nanos, stop: &AtomicBool) -> Option<Slot> {
+    pub fn wait_for_free(&self, deadline: Nanos, stop: &AtomicBool) -> bool {
         let clock = HostClock::default();
         loop {
-            let seen = self.counts.released.load(Ordering::Acquire);
-            if let Some(slot) = self.try_take() {
-                return Some(slot);
-            }
-            if self.sweep(false) {
-                continue;
-            }
+            self.counts.sleepers.fetch_add(1, Ordering::SeqCst);
+            // Ordered with a release's lowering of the count and its look
+            // at `sleepers` (see the module doc).
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let seen = self.counts.released.load(Ordering::SeqCst);
+            let free = self.has_room();
             let left = deadline.saturating_sub(clock.now());
-            if left <= 0 || stop.load(Ordering::Acquire) {
-                return None;
+            if !free && left > 0 && !stop.load(Ordering::Acquire) {
+                // Asleep only while no slot was given back since `seen`.
+                sys::wait(&self.counts.released, seen, left.min(WAIT_SLICE), self.holders.is_some());
             }
-            self.counts.sleepers.fetch_add(1, Ordering::AcqRel);
-            // Asleep only while no slot was given back since `seen`.
-            sys::wait(&self.counts.released, seen, left.min(WAIT_SLICE), self.holders.is_some());
-            self.counts.sleepers.fetch_sub(1, Ordering::AcqRel);
+            self.counts.sleepers.fetch_sub(1, Ordering::SeqCst);
+            if free || self.has_room() || self.sweep(false) {
+                return true;
+            }
+            if clock.now() >= deadline || stop.load(Ordering::Acquire) {
+                return false;
+            }
         }
+    }
+
+    /// Whether the count is below the cap now (for this process's fork, in
+    /// process memory).
+    fn has_room(&self) -> bool {
+        self.in_flight() < self.counts.cap.load(Ordering::Acquire)
     }
 }
 

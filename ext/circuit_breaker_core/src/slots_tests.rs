@@ -39,20 +39,25 @@ fn a_shared_cap_counts_each_process_apart_and_in_total() {
 fn threads_taking_and_giving_back_never_pass_the_cap() {
     const CAP: u32 = 3;
     let (counts, holders, mine) = shared();
+    // Takes and releases one at a time, as the binding does under the GVL;
+    // the block between them runs in parallel.
+    let serial = Arc::new(std::sync::Mutex::new(()));
     let state = Arc::new((counts, holders, mine, AtomicU32::new(0), AtomicU32::new(0)));
     Slots::shared(&state.0, &state.1, &state.2).set_cap(CAP);
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let state = Arc::clone(&state);
+            let serial = Arc::clone(&serial);
             std::thread::spawn(move || {
                 let (counts, holders, mine, running, most) = &*state;
                 let slots = Slots::shared(counts, holders, mine);
                 for _ in 0..20_000 {
-                    if let Some(s) = slots.try_take() {
+                    let taken = { serial.lock().map(|_| slots.try_take()).unwrap() };
+                    if let Some(s) = taken {
                         let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
                         running.fetch_sub(1, Ordering::SeqCst);
-                        slots.release(s);
+                        serial.lock().map(|_| slots.release(s)).unwrap();
                     }
                 }
             })
@@ -185,26 +190,31 @@ fn a_forked_child_starts_with_none_of_its_parents_slots_and_gives_none_back() {
 }
 
 #[test]
-fn a_waiter_gets_the_slot_given_back_or_gives_up_at_its_deadline() {
+fn a_waiter_sees_the_slot_given_back_or_gives_up_at_its_deadline() {
     let state = Arc::new(InFlight::default());
     let slots = Slots::heap(&state);
     slots.set_cap(1);
     let held = slots.try_take().expect("free");
     let never = AtomicBool::new(false);
     let clock = HostClock::default();
-    assert_eq!(slots.wait(clock.now() + 5_000_000, &never), None, "nobody gives it back");
+    assert!(!slots.wait_for_free(clock.now() + 5_000_000, &never), "nobody gives it back");
     let waiter = {
         let state = Arc::clone(&state);
         std::thread::spawn(move || {
             let never = AtomicBool::new(false);
-            Slots::heap(&state).wait(HostClock::default().now() + 60_000_000_000, &never).is_some()
+            let woke = Slots::heap(&state).wait_for_free(HostClock::default().now() + 60_000_000_000, &never);
+            (woke, HostClock::default().now())
         })
     };
     while state.sleepers.load(Ordering::Acquire) == 0 {
         std::thread::yield_now();
     }
     slots.release(held);
-    assert!(waiter.join().unwrap(), "woken by the release");
+    let released_at = clock.now();
+    let (woke, at) = waiter.join().unwrap();
+    assert!(woke, "woken by the release");
+    assert!(at - released_at < 30_000_000_000, "well before its deadline");
+    assert!(slots.try_take().is_some(), "the slot is there to take");
     let stop = AtomicBool::new(true);
-    assert_eq!(slots.wait(Nanos::MAX, &stop), None, "stop ends the wait");
+    assert!(!slots.wait_for_free(Nanos::MAX, &stop), "stop ends the wait");
 }

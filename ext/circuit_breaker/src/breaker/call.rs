@@ -117,7 +117,7 @@ impl Breaker {
         // as the block ended, whichever way.
         let (slot, in_flight) = if this.capped {
             match Self::take_slot(ruby, rb_self, permit, fallback)? {
-                ControlFlow::Continue(slot) => (Some(slot), this.began_with()),
+                ControlFlow::Continue(slot) => (Some(slot), slot.began_with()),
                 ControlFlow::Break(answer) => return Ok(answer),
             }
         } else {

@@ -76,30 +76,33 @@ impl Breaker {
         Ok(None)
     }
 
-    /// Waits for a slot up to `max_wait:` without the GVL (offload-safe on
-    /// Ruby 3.4, docs/fibers.md): None when none came free in time. An
-    /// interrupt that raises nothing (a time slice's tick) goes back to
-    /// waiting, up to the same deadline.
+    /// Waits for a slot up to `max_wait:`: the wait runs without the GVL
+    /// (offload-safe on Ruby 3.4, docs/fibers.md) and only watches for a
+    /// free slot, which is then taken with the GVL held (slots are taken
+    /// one at a time per process, ext/circuit_breaker_core/src/slots.rs),
+    /// again until the deadline if another caller took it first. None when
+    /// none came free in time. An interrupt that raises nothing (a time
+    /// slice's tick) goes back to waiting, up to the same deadline.
     fn wait_for_slot(ruby: &Ruby, rb_self: Obj<Self>) -> Result<Option<Slot>, Error> {
         let this = rb_self.get(ruby)?;
         let slots = this.record.slots();
         let clock = HostClock::default();
         let deadline = clock.now().saturating_add(this.cfg.max_wait);
         loop {
+            if let Some(slot) = slots.try_take() {
+                return Ok(Some(slot));
+            }
+            if clock.now() >= deadline {
+                return Ok(None);
+            }
             let waited = cruby::without_gvl(
-                |stop: &AtomicBool| (slots.wait(deadline, stop), stop.load(Ordering::Acquire)),
+                |stop: &AtomicBool| (slots.wait_for_free(deadline, stop), stop.load(Ordering::Acquire)),
                 AtomicBool::new(false),
             )?;
             match waited {
-                Some((Some(slot), _)) => return Ok(Some(slot)),
-                Some((None, false)) => return Ok(None),
+                Some((true, _)) | Some((false, false)) => {}
                 // Ruby wanted the thread back, or had an interrupt pending.
-                Some((None, true)) | None => {
-                    ruby.thread_check_ints()?;
-                    if clock.now() >= deadline {
-                        return Ok(slots.try_take());
-                    }
-                }
+                Some((false, true)) | None => ruby.thread_check_ints()?,
             }
         }
     }

@@ -244,19 +244,8 @@ impl Inner {
             // Stored only when it moved: most calls leave it where it is,
             // and a store would dirty the line every process reads.
             if let Some(cap) = b.concurrency_limit(c).filter(|&cap| slots.cap() != Some(cap)) {
-                slots.set_cap(cap);
+                slots.publish_cap(cap);
             }
-        }
-    }
-
-    /// The calls in flight a call that just took its slot began with (its
-    /// own included), for the adaptive rule; 0 unless `:adaptive`.
-    #[inline]
-    fn began_with(&self) -> u32 {
-        if self.adaptive {
-            self.record.slots().in_flight()
-        } else {
-            0
         }
     }
 

@@ -179,10 +179,11 @@ impl Breaker {
             if success.to_bool() { Outcome::Success { duration_ns } } else { Outcome::Failure { duration_ns } };
         let this = rb_self.get(ruby)?;
         let (permit, loose) = queue.map(take_oldest).transpose()?.flatten().unzip();
-        // The calls in flight now (its own slot not yet given back) stand
-        // for those the call began with.
-        let in_flight = this.began_with().max(1);
-        if let Some(loose) = loose.flatten() {
+        // The calls in flight when its allow? took the slot, its own
+        // included (0: no slot).
+        let loose = loose.flatten();
+        let in_flight = loose.as_ref().map_or(0, |l| l.slot.began_with());
+        if let Some(loose) = loose {
             loose.release();
         }
         let now = this.clock.now();
