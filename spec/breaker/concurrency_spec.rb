@@ -103,6 +103,7 @@ RSpec.describe CircuitBreaker, "max_concurrent:" do
     expect { breaker.call { :probe } }.to raise_error(CircuitBreaker::ConcurrencyLimitError) { |e|
       expect(e.state).to eq(:half_open)
     }
+    expect(breaker.metrics).to include(calls: 0, rejected: 1, limited: 1) # the holder's call has not ended
     release << true
     holder.join(30)
     expect(breaker.call { :probe }).to eq(:probe) # the probe slot is free again

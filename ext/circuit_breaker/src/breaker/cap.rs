@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use circuit_breaker_core::clock::{Clock, HostClock};
-use circuit_breaker_core::{Outcome, Permit, Slot};
+use circuit_breaker_core::{Permit, Slot};
 use magnus::{typed_data::Obj, value::ReprValue, Error, Exception, Ruby, Value};
 
 use crate::cruby::{self, Exit};
@@ -65,9 +65,10 @@ impl Breaker {
             return Ok(got);
         }
         if permit.probe {
-            // Its call never runs: the probe slot goes back.
+            // Its call never runs: the probe slot goes back, and the call
+            // counts as rejected only (not in `calls`).
             let now = this.clock.now();
-            this.finish(ruby, |b, w, c| b.complete(w, c, permit, Outcome::Released, now, 0))?;
+            this.finish(ruby, |b, w, c| b.give_back(w, c, permit, now))?;
         }
         if let Some(e) = interrupted {
             return Err(e);

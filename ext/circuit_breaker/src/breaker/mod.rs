@@ -288,8 +288,11 @@ impl Inner {
     }
 
     /// Keeps an `allow?` permit's slot until it is given back.
+    /// The list's lock is only ever taken holding the GVL, so it is never
+    /// contended; `try_lock` all the same, so that nothing can wait on it
+    /// (a slot left out is still given back by its record or collection).
     fn hold_loose(&self, loose: Arc<permits::Loose>) {
-        let Ok(mut held) = self.loose.lock() else { return };
+        let Ok(mut held) = self.loose.try_lock() else { return };
         if held.len() >= 64 && held.len().is_power_of_two() {
             held.retain(|l| !l.released());
         }
@@ -301,7 +304,7 @@ impl Inner {
     /// too, since a slot must not wait forever). How many.
     fn expire_loose(&self, now: i64) -> usize {
         let bound = self.cfg.probe_timeout.unwrap_or(self.cfg.open_duration);
-        let Ok(mut held) = self.loose.lock() else { return 0 };
+        let Ok(mut held) = self.loose.try_lock() else { return 0 };
         let before = held.len();
         held.retain(|l| {
             if !l.released() && now.saturating_sub(l.taken_at) >= bound {

@@ -1998,3 +1998,23 @@ fn settled_calls_feed_the_adaptive_cap_whatever_the_state() {
     let none = Rig::new(100, |_| ());
     assert_eq!(none.b.concurrency_limit(&none.cfg), None);
 }
+
+#[test]
+fn a_permit_given_back_frees_its_probe_slot_and_counts_no_call() {
+    let mut r = Rig::new(10, |o| {
+        o.half_open_calls = 1;
+        o.min_calls = 4;
+        o.consecutive_failures = None;
+    });
+    let now = r.half_open(0);
+    let calls = r.metrics(now).counters.calls;
+    let probe = r.permit(now);
+    assert!(!r.admitted(now), "the one probe slot is taken");
+    assert!(r.b.give_back(&mut r.w, &r.cfg, probe, now).is_empty());
+    assert_eq!(r.metrics(now).counters.calls, calls, "a call that never ran is not a call");
+    let again = r.permit(now);
+    assert_eq!(changes(&r.complete(again, OK, now)), [(HalfOpen, Closed, ProbesPassed)]);
+    // Given back twice, or a permit of another generation: nothing.
+    assert!(r.b.give_back(&mut r.w, &r.cfg, probe, now).is_empty());
+    assert_eq!(r.metrics(now).counters.calls, calls + 1);
+}

@@ -314,6 +314,28 @@ impl Breaker {
         out
     }
 
+    /// Gives back a permit whose call never ran (refused at the
+    /// concurrency cap after the breaker admitted it): a probe's slot is
+    /// freed, and nothing is counted, since the call counts as rejected.
+    pub fn give_back<S: Slots, B: Buckets>(
+        &mut self,
+        w: &mut Window<S, B>,
+        cfg: &Config,
+        permit: Permit,
+        now: Nanos,
+    ) -> Transitions {
+        let mut out = Transitions::default();
+        self.apply_timers(w, cfg, now, &mut out);
+        if permit.probe && same_generation(permit.generation, self.generation) {
+            if let Some(stage) = self.stage_mut() {
+                if stage.settle(permit.cohort) {
+                    stage.release();
+                }
+            }
+        }
+        out
+    }
+
     /// Records an outcome that came without a permit: counted while closed
     /// or disabled, ignored otherwise.
     pub fn record_unpermitted<S: Slots, B: Buckets>(
