@@ -30,6 +30,22 @@ RSpec.describe CircuitBreaker, "max_wait:" do
     expect(breaker.metrics).to include(in_flight: 0, limited: 0, calls: 2)
   end
 
+  it "keeps the time it waited for a slot out of the call's duration (the window's slow calls, the adaptive cap)" do
+    clock = CircuitBreaker::ManualClock.new
+    window = CircuitBreaker::SlidingWindow.new(size: 10, slow_threshold_ms: 100)
+    breaker = described_class.new(max_concurrent: 1, max_wait: 30, clock: clock, window: window)
+    release = Queue.new
+    held = holder(breaker, release)
+    waiter = Thread.new { breaker.call { :ran } }
+    wait_until(what: "the waiter asleep") { waiter.status == "sleep" }
+    clock.advance(1)
+    release << true
+    expect(waiter.join(30)&.value).to eq(:ran)
+    held.join(30)
+    # The holder's call lasted the second; the waiter's none of it.
+    expect(breaker.metrics).to include(calls: 2, slow_calls: 1)
+  end
+
   it "refuses the call once max_wait: ran out" do
     breaker = described_class.new(max_concurrent: 1, max_wait: 0.05)
     release = Queue.new

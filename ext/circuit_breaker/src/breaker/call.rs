@@ -115,13 +115,13 @@ impl Breaker {
 
         // With a cap, a slot too (docs/concurrency.md), given back as soon
         // as the block ended, whichever way.
-        let (slot, in_flight) = if this.capped {
-            match Self::take_slot(ruby, rb_self, permit, fallback)? {
-                ControlFlow::Continue(slot) => (Some(slot), slot.began_with()),
+        let (slot, in_flight, start) = if this.capped {
+            match Self::take_slot(ruby, rb_self, permit, start, fallback)? {
+                ControlFlow::Continue((slot, start)) => (Some(slot), slot.began_with(), start),
                 ControlFlow::Break(answer) => return Ok(answer),
             }
         } else {
-            (None, 0)
+            (None, 0, start)
         };
         let result = cruby::yield_block();
         if let Some(slot) = slot {

@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use circuit_breaker_core::clock::{Clock, HostClock};
-use circuit_breaker_core::{Permit, Slot};
+use circuit_breaker_core::{Nanos, Permit, Slot};
 use magnus::{typed_data::Obj, value::ReprValue, Error, Exception, Ruby, Value};
 
 use crate::cruby::{self, Exit};
@@ -16,22 +16,27 @@ use super::call::Fallback;
 use super::Breaker;
 
 impl Breaker {
-    /// The slot of a call the breaker admitted with `permit`, or (at the
-    /// cap, once `max_wait:` ran out) the refusal as an exit, or with a
-    /// fallback its answer; a probe permit is then given back.
+    /// The slot of a call the breaker admitted with `permit`, with the
+    /// time the call starts once it has it (`start`, unless it waited at
+    /// the cap: the time waited for a slot is not the dependency's, so it
+    /// is kept out of the call's duration, which the window's slow-call
+    /// rate and the adaptive cap read); or (at the cap, once `max_wait:`
+    /// ran out) the refusal as an exit, or with a fallback its answer; a
+    /// probe permit is then given back.
     #[inline]
     pub(super) fn take_slot(
         ruby: &Ruby,
         rb_self: Obj<Self>,
         permit: Permit,
+        start: Nanos,
         fallback: Option<&Fallback>,
-    ) -> Result<ControlFlow<Value, Slot>, Exit> {
+    ) -> Result<ControlFlow<Value, (Slot, Nanos)>, Exit> {
         let this = rb_self.get(ruby)?;
         if let Some(slot) = this.record.slots().try_take() {
-            return Ok(ControlFlow::Continue(slot));
+            return Ok(ControlFlow::Continue((slot, start)));
         }
         match Self::slot_at_cap(ruby, rb_self, permit)? {
-            Some(slot) => Ok(ControlFlow::Continue(slot)),
+            Some(slot) => Ok(ControlFlow::Continue((slot, this.clock.now()))),
             None => {
                 let ex = Self::limited(ruby, rb_self)?;
                 match fallback {
