@@ -136,6 +136,20 @@ RSpec.describe CircuitBreaker, "half-open probe slots" do
     expect(breaker.state).to eq(:closed)
   end
 
+  it "is given back, not counted as a call, when a listener raises something that is not a StandardError as the probe is admitted" do
+    breaker.trip!
+    clock.advance(10)
+    fire = true
+    # Raised as the call finds the open period over (open -> half-open).
+    breaker.on_state_change { raise Interrupt if fire }
+    ran = false
+    expect { breaker.call { ran = true } }.to raise_error(Interrupt)
+    expect(ran).to be(false)
+    expect(breaker.metrics).to include(state: :half_open, calls: 0, total: 0, stage: 0)
+    fire = false
+    expect_breaker_to_close
+  end
+
   it "is not leaked by a probe that calls the same breaker again (the inner call is rejected, a failure)" do
     half_open!
     expect { breaker.call { breaker.call { :inner } } }.to raise_error(CircuitBreaker::OpenError)

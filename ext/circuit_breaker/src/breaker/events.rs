@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use circuit_breaker_core::{Decision, Outcome, Rejection, State, Transitions};
+use circuit_breaker_core::{Decision, Rejection, State, Transitions};
 use magnus::{
     prelude::*,
     typed_data::Obj,
@@ -235,10 +235,11 @@ impl Breaker {
         if let (Err(_), Decision::Allowed(p)) = (&result, decision) {
             let this = rb_self.get(ruby)?;
             let now = this.clock.now();
-            // A release decides nothing, so it has no transitions to report;
-            // an interrupt that cut its wait for the lock (`Thread#kill`,
-            // `Timeout`) goes on instead of the error.
-            this.finish(ruby, |b, w, c| b.complete(w, c, p, Outcome::Released, now, 0))?;
+            // Given back, not completed: the call never ran, so it is not
+            // counted in `calls`. That decides nothing, so it has no
+            // transitions to report; an interrupt that cut its wait for the
+            // lock (`Thread#kill`, `Timeout`) goes on instead of the error.
+            this.finish(ruby, |b, w, c| b.give_back(w, c, p, now))?;
         }
         result
     }
