@@ -73,7 +73,7 @@ module Drill
       latencies = PHASES.map { |p| f[:latency][p]&.map(&:round)&.join("/") || "—" }.join(", ")
       "#{result.setup}: #{result.description}: #{f[:failing]} failing calls reached the upstream, " \
         "#{f[:hung]} waited for the timeout, recovery #{fmt_recovery(f[:recovery], result.lengths.last)}, " \
-        "#{f[:rejected_after]} 503s after recovery, #{f[:slow_ok]} 200s while slow; " \
+        "#{f[:rejected_after]} 503s after recovery, #{f[:slow_ok]} of the slow phase's requests answered 200; " \
         "p50/p99 ms #{latencies}; unrelated page p99 ms #{page_cells(f[:page])}" \
         "#{", #{f[:lost]} unanswered" if f[:lost].positive?}" \
         "#{", #{f[:page_lost]} pages not served" if f[:page_lost].positive?}; load average #{result.load}"
@@ -101,7 +101,7 @@ module Drill
     def table(results)
       header = ["setup", "failing calls reaching the upstream", "waited for the timeout",
                 "unrelated page p99 ms: #{PHASES.map { |p| HEADINGS[p] }.join(' / ')}", "healthy → 95 %",
-                "503s after recovery", "200s while slow"]
+                "503s after recovery", "slow phase: 200s"]
       rows = medians(results).map do |setup, m|
         [setup, m[:failing], m[:hung], page_cells(m[:page]), fmt_recovery(m[:recovery], m[:length]),
          m[:rejected_after], m[:slow_ok]]

@@ -45,7 +45,13 @@ module Drill
   # (DRILL_CAP): half of the host's 8 Puma threads, so at least 4 are
   # left to the pages that do not call this dependency.
   def recommended_cap
-    recommended.merge(max_concurrent: Integer(ENV.fetch("DRILL_CAP", "4")))
+    recommended.merge(max_concurrent: cap)
+  end
+
+  # The host-wide cap of recommended-cap, and the tickets of
+  # semian-bulkhead (DRILL_CAP, 4 by default).
+  def cap
+    Integer(ENV.fetch("DRILL_CAP", "4"))
   end
 
   # @return [Guard] the setup named `name` (DRILL_SETUP)
@@ -57,9 +63,7 @@ module Drill
     when "fleet" then ours("CircuitBreaker.for(name, fleet: unix socket)", fleet: ENV.fetch("DRILL_REDIS_URL"))
     when "recommended" then ours("CircuitBreaker.for(name, **docs/rails.md)") { recommended }
     when "recommended-cap"
-      ours("CircuitBreaker.for(name, **docs/rails.md, max_concurrent: #{recommended_cap[:max_concurrent]})") do
-        recommended_cap
-      end
+      ours("CircuitBreaker.for(name, **docs/rails.md, max_concurrent: #{cap})") { recommended_cap }
     when "stoplight" then stoplight
     when "semian" then semian
     when "semian-bulkhead" then semian(bulkhead: true)
@@ -104,9 +108,8 @@ module Drill
     options = { success_threshold: 1, error_threshold: 3, error_timeout: 10, exceptions: FAILURES }
     description = "Semian #{Semian::VERSION} README settings"
     if bulkhead
-      tickets = Integer(ENV.fetch("DRILL_CAP", "4"))
-      options.update(bulkhead: true, tickets: tickets, timeout: 0)
-      description += ", bulkhead: #{tickets} tickets host-wide, timeout 0, " \
+      options.update(bulkhead: true, tickets: cap, timeout: 0)
+      description += ", bulkhead: #{cap} tickets host-wide, timeout 0, " \
                      "#{ENV.fetch('DRILL_WORKERS')} workers × #{ENV.fetch('DRILL_THREADS')} thread"
     else
       options[:bulkhead] = false
