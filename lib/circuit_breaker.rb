@@ -60,6 +60,11 @@ class CircuitBreaker
   #   measured by (the Sidekiq adapter, docs/adapters.md)
   attr_reader :open_duration
 
+  # @return [Integer, :adaptive, nil] the `max_concurrent:` cap as given
+  #   (docs/concurrency.md): nil without one; what the status page says
+  #   "adaptive" by. The cap now is `metrics[:concurrency_limit]`.
+  attr_reader :max_concurrent
+
   # @return [Boolean] whether the breaker is closed (admits every call)
   def closed?
     state == :closed

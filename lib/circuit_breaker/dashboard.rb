@@ -158,13 +158,14 @@ class CircuitBreaker
       metrics[:scope] == :host ? "every process of #{Socket.gethostname}" : "this worker only (pid #{Process.pid})"
     end
 
-    # name => metrics, read once per request; each read is also a history sample.
+    # [name, metrics, adaptive cap?] of each breaker, read once per
+    # request; each read is also a history sample.
     def snapshots
       now = @history.now
       breakers.map do |name, breaker|
         m = breaker.metrics
         @history.sample(name, m[:state], now)
-        [name, m]
+        [name, m, breaker.max_concurrent == :adaptive]
       end
     end
 

@@ -219,6 +219,7 @@ class CircuitBreaker
     __setup(options) # native: converts each member and builds the breaker once
     @logger = options.logger
     @open_duration = options.open_duration.to_f # validated by __setup
+    @max_concurrent = options.max_concurrent # validated by __setup
     @fleet_link = Fleet.attach(self, options) if options.fleet
     extend(KillSwitched) if options.kill_switch
   end

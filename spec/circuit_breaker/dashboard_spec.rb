@@ -62,9 +62,15 @@ RSpec.describe CircuitBreaker::Dashboard do
         end
       end
       cell = body[%r{<td><span class="cap".*?</td>}m]
-      expect(cell).to eq('<td><span class="cap" data-in-flight="2" data-limit="2">2 / 2 in flight</span><br>' \
-                         '<span class="limited">1 limited</span></td>')
-      expect(page.get("/").body).to include('data-in-flight="0" data-limit="2">0 / 2 in flight')
+      expect(cell).to eq('<td><span class="cap" data-in-flight="2" data-limit="2" data-adaptive="false">2 / 2 in flight' \
+                         '</span><br><span class="limited">1 limited</span></td>')
+      expect(page.get("/").body).to include('data-in-flight="0" data-limit="2" data-adaptive="false">0 / 2 in flight<')
+    end
+
+    it "says adaptive for max_concurrent: :adaptive, beside the cap it has now" do
+      adaptive = build_breaker(clock: clock, name: "adaptive", max_concurrent: :adaptive, adaptive_initial: 6)
+      body = adaptive.call { Rack::MockRequest.new(described_class.new(breakers: { "adaptive" => adaptive })).get("/").body }
+      expect(body).to include('<span class="cap" data-in-flight="1" data-limit="6" data-adaptive="true">1 / 6 in flight, adaptive</span>')
     end
 
     it "escapes names in HTML and URLs, and links the forms under the mount point" do

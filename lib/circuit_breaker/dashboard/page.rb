@@ -27,10 +27,11 @@ class CircuitBreaker
 
       # @param base [String] where the dashboard is mounted (the request's script_name)
       # @param token [String] the CSRF token the forms carry
-      # @param snapshots [Array(String, Hash)] name and metrics of each breaker
+      # @param snapshots [Array(String, Hash, Boolean)] name, metrics and
+      #   whether its cap is adaptive, of each breaker
       # @return [String]
       def render(base, token, snapshots)
-        rows = snapshots.map { |name, m| row(base, name, m, token) }.join
+        rows = snapshots.map { |name, m, adaptive| row(base, name, m, adaptive, token) }.join
         refresh_tag = @refresh ? %(<meta http-equiv="refresh" content="#{@refresh}">) : ""
         html(refresh_tag, rows)
       end
@@ -46,7 +47,7 @@ class CircuitBreaker
         STATES.map { |s| %(<span><span class="state" style="background:#{COLORS[s]}">#{s}</span></span>) }.join
       end
 
-      def row(base, name, m, token)
+      def row(base, name, m, adaptive, token)
         h = ->(v) { CGI.escapeHTML(Text.utf8(v)) }
         query = "?name=#{Rack::Utils.escape(Text.bytes(name))}"
         tripped = m[:tripped_error_rate] ? "#{percent(m[:tripped_error_rate])} errors, #{percent(m[:tripped_slow_call_rate])} slow" : "—"
@@ -58,7 +59,7 @@ class CircuitBreaker
           %(<span class="state" style="background:#{COLORS.fetch(m[:state], '#000')}">#{h.(m[:state])}</span>),
           { open: "#{format('%.1f', m[:retry_after] || 0)} s", forced_open: "until reset" }.fetch(m[:state], "—"),
           "#{percent(m[:error_rate])} of #{m[:total]}", percent(m[:slow_call_rate]), tripped,
-          m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened], cap(m),
+          m[:calls], m[:successes], m[:failures_total], m[:slow_total], m[:rejected], m[:opened], cap(m, adaptive),
           %(<span class="scope" data-scope="#{h.(m[:scope])}">) +
             %(#{h.(m[:scope] == :host ? 'host-wide' : "this worker only (pid #{Process.pid})")}</span>#{fleet(m, h)}),
           chart(name), buttons
@@ -69,14 +70,16 @@ class CircuitBreaker
       # With max_concurrent: the calls in flight against the cap (host-wide
       # for a host-wide breaker, as the counters) and the calls refused at
       # it; "no cap" without one (docs/concurrency.md). Numbers only: the
-      # metrics' Integers, nothing a user wrote.
-      def cap(metrics)
+      # metrics' Integers, nothing a user wrote. An adaptive cap says so:
+      # its number is the one it has now.
+      def cap(metrics, adaptive)
         in_flight = metrics[:in_flight]
         limit = metrics[:concurrency_limit]
         return %(<span class="cap">no cap</span>) unless in_flight && limit
 
-        %(<span class="cap" data-in-flight="#{Integer(in_flight)}" data-limit="#{Integer(limit)}">) +
-          %(#{Integer(in_flight)} / #{Integer(limit)} in flight</span><br>) +
+        %(<span class="cap" data-in-flight="#{Integer(in_flight)}" data-limit="#{Integer(limit)}" ) +
+          %(data-adaptive="#{adaptive ? 'true' : 'false'}">#{Integer(in_flight)} / #{Integer(limit)} in flight) +
+          %(#{', adaptive' if adaptive}</span><br>) +
           %(<span class="limited">#{Integer(metrics[:limited])} limited</span>)
       end
 
