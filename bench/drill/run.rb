@@ -17,7 +17,7 @@
 #   DRILL_RATE=100 DRILL_PAGE_RATE=10 DRILL_RUNS=1
 #   DRILL_SOURCES=DIR                    # the peers' code (bench/drill/peers.rb)
 #
-# Setups: process, host, fleet, recommended, recommended-cap (ours),
+# Setups: process, host, host-cap, fleet, recommended, recommended-cap (ours),
 # stoplight, semian, semian-bulkhead, circuitbox (the peers, from their
 # installed gems or DRILL_SOURCES; a peer found nowhere is skipped, and
 # said so).
@@ -39,7 +39,7 @@ require_relative "report"
 module Drill
   ROOT = File.expand_path("../..", __dir__)
   PHASES = Report::PHASES
-  OURS = %w[process host fleet recommended recommended-cap].freeze
+  OURS = %w[process host host-cap fleet recommended recommended-cap].freeze
   PEERS = Peers::GEMS.keys.freeze
   CLIENT_TIMEOUT = 10 # seconds a load request waits for the app
   CLIENTS = 128       # load threads per route: the schedule lags only past this many requests in flight
@@ -117,10 +117,10 @@ module Drill
   # Why this build cannot run `setup` (an option of its settings it does
   # not know yet), or nil.
   def missing_option(setup, env)
-    return unless setup == "recommended-cap"
+    return unless setup.end_with?("-cap")
 
     script = 'require "circuit_breaker"; require_relative ARGV[0]; ' \
-             "CircuitBreaker.new(**Drill.recommended_cap)"
+             "CircuitBreaker.new(max_concurrent: Drill.cap)"
     out = IO.popen([env, RbConfig.ruby, "-rnet/http", "-e", script, File.join(__dir__, "setups.rb"),
                     { err: %i[child out] }], &:read)
     return if $?.success?

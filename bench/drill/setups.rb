@@ -61,6 +61,7 @@ module Drill
     when "process" then ours("CircuitBreaker.for(name, shared: false)", shared: false)
     when "host" then ours("CircuitBreaker.for(name)")
     when "fleet" then ours("CircuitBreaker.for(name, fleet: unix socket)", fleet: ENV.fetch("DRILL_REDIS_URL"))
+    when "host-cap" then ours("CircuitBreaker.for(name, max_concurrent: #{cap})", max_concurrent: cap)
     when "recommended" then ours("CircuitBreaker.for(name, **docs/rails.md)") { recommended }
     when "recommended-cap"
       ours("CircuitBreaker.for(name, **docs/rails.md, max_concurrent: #{cap})") { recommended_cap }
