@@ -32,18 +32,18 @@ module Drill
 
   module_function
 
-  # docs/rails.md's initializer: its configure defaults and the options of
-  # its "orders" breaker (the drill calls through Net::HTTP with 1 s
-  # timeouts where rails.md's Faraday connection waits 2 s).
+  # docs/rails.md's initializer without its cap: its configure defaults and
+  # the options of its "orders" breaker (the drill calls through Net::HTTP
+  # with 1 s timeouts where rails.md's Faraday connection waits 2 s).
   def recommended
     { min_calls: 20, open_duration: 15,
       window: CircuitBreaker::SlidingWindow.new(size: 100, slow_threshold_ms: 800),
       ramp: [0.1, 0.3, 0.6, 1.0], half_open_calls: 5, advance_rate: 0.9, reopen_rate: 0.5 }
   end
 
-  # docs/rails.md's settings with a host-wide cap of 4 calls in flight
-  # (DRILL_CAP): half of the host's 8 Puma threads, so at least 4 are
-  # left to the pages that do not call this dependency.
+  # docs/rails.md's initializer as it is: its settings with a host-wide cap
+  # of half the host's Puma threads, 4 of 8 here (DRILL_CAP), so at least 4
+  # are left to the pages that do not call this dependency.
   def recommended_cap
     recommended.merge(max_concurrent: cap)
   end

@@ -79,6 +79,10 @@ RSpec.describe "a Rails app", :integration do
         expect(seen["orders_open_duration"]).to be_within(1).of(15) # configure's default
       end
 
+      it "caps the initializer's breaker at half the host's threads (2 workers × 4 threads unless the environment says)" do
+        expect(seen).to include("orders_cap" => 4)
+      end
+
       it "logs the opening to Rails.logger (the Railtie) and instruments it (the initializer's subscriber)" do
         expect(@log).to include('circuit "orders": closed -> open (consecutive_failures')
         expect(@log).to include("[alert] circuit orders opened")
