@@ -107,13 +107,7 @@ RSpec.describe CircuitBreaker, "max_wait:" do
     end
   end
 
-  describe "under a fiber scheduler with blocking_operation_wait (Ruby 3.4)" do
-    before do
-      next if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
-
-      skip "Ruby #{RUBY_VERSION} calls no Fiber::Scheduler#blocking_operation_wait (Ruby 3.4 and later do)"
-    end
-
+  describe "under a fiber scheduler with blocking_operation_wait (Ruby 3.4)", :offloading do
     it "waits off the reactor: another fiber of the thread gives the slot back meanwhile" do
       breaker = described_class.new(max_concurrent: 1, max_wait: 10)
       outcome, offloaded = under_scheduler(:offloading) do |scheduler|

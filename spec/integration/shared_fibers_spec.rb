@@ -88,13 +88,7 @@ RSpec.describe CircuitBreaker, "waits under fibers and interrupts", :integration
     end
   end
 
-  describe "under a fiber scheduler with blocking_operation_wait (Ruby 3.4)" do
-    before do
-      next if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
-
-      skip "Ruby #{RUBY_VERSION} calls no Fiber::Scheduler#blocking_operation_wait (Ruby 3.4 and later do)"
-    end
-
+  describe "under a fiber scheduler with blocking_operation_wait (Ruby 3.4)", :offloading do
     it "runs the other fibers while one waits for a stopped holder's shared lock" do
       with_stopped_holder(lock_wait: 0.5) do |breaker|
         ticks, outcome, offloaded = under_scheduler(:offloading) do |scheduler|

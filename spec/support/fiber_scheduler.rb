@@ -285,4 +285,11 @@ end
 
 RSpec.configure do |config|
   config.include FiberSchedulers
+  # Examples tagged :offloading need Ruby's blocking_operation_wait hook
+  # (the :offloading scheduler): skipped, saying why, on older Rubies.
+  config.before(:each, :offloading) do
+    next if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
+
+    skip "Ruby #{RUBY_VERSION} calls no Fiber::Scheduler#blocking_operation_wait (Ruby 3.4 and later do)"
+  end
 end
